@@ -1,0 +1,29 @@
+# The two commands of the README. Both do all set-up on a fresh machine.
+PY := .venv/bin/python
+export HF_HUB_OFFLINE ?= 1
+export TRANSFORMERS_OFFLINE ?= 1
+export WANDB_MODE ?= disabled
+export TOKENIZERS_PARALLELISM ?= false
+
+.PHONY: setup demo test test-slow lint bench clean
+
+setup:
+	bash scripts/setup.sh
+
+demo: setup
+	$(PY) scripts/demo.py
+
+test: setup
+	$(PY) -m pytest -q
+
+test-slow: setup
+	$(PY) -m pytest -q -m slow
+
+lint: setup
+	$(PY) -m ruff check src tests benchmarks scripts *.py
+
+bench: setup
+	for f in benchmarks/*.py; do $(PY) $$f || exit 1; done
+
+clean:
+	rm -rf .cache logs outputs multirun

@@ -1,0 +1,20 @@
+"""Hydra entry: search + metrics for one benchmark cell. Logic lives in `densex.pipelines.evaluate`."""
+
+import os
+from pathlib import Path
+
+import hydra
+from omegaconf import DictConfig
+
+os.environ.setdefault("PROJECT_ROOT", str(Path(__file__).resolve().parent))
+
+
+@hydra.main(version_base="1.3", config_path="conf", config_name="evaluate")
+def main(cfg: DictConfig) -> float | None:
+    from densex.pipelines.evaluate import run
+
+    return run(cfg)
+
+
+if __name__ == "__main__":
+    main()

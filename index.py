@@ -1,0 +1,20 @@
+"""Hydra entry: segment -> units -> embeddings -> faiss index. Logic lives in `densex.pipelines.index`."""
+
+import os
+from pathlib import Path
+
+import hydra
+from omegaconf import DictConfig
+
+os.environ.setdefault("PROJECT_ROOT", str(Path(__file__).resolve().parent))
+
+
+@hydra.main(version_base="1.3", config_path="conf", config_name="index")
+def main(cfg: DictConfig) -> float | None:
+    from densex.pipelines.index import run
+
+    return run(cfg)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,3 @@
+"""densex: retrieval granularity research (passages, sentences, propositions)."""
+
+__version__ = "0.1.0"

@@ -1,0 +1,1 @@
+"""One function per entry script: `run(cfg) -> metric`."""

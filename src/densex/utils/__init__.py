@@ -1,0 +1,1 @@
+"""Small shared helpers: safe file I/O, cache keys, logging, model paths."""

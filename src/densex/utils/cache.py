@@ -1,0 +1,40 @@
+"""Content-addressed cache directories.
+
+Embeddings and indexes are keyed by what they were made from (corpus, granularity,
+retriever, and the hash of the input files and settings), so the jobs of a sweep share them
+and a changed input never reuses a stale artifact.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from densex.utils.io import file_sha256
+
+_file_hash_memo: dict[tuple[str, int, int], str] = {}
+
+
+def hash_file(path: str | os.PathLike) -> str:
+    """SHA-256 of a file, memoised on (path, size, mtime) within a process."""
+    p = Path(path).resolve()
+    st = p.stat()
+    key = (str(p), st.st_size, st.st_mtime_ns)
+    if key not in _file_hash_memo:
+        _file_hash_memo[key] = file_sha256(p)
+    return _file_hash_memo[key]
+
+
+def content_key(**parts: Any) -> str:
+    """A short stable hash of JSON-serialisable parts (dict order does not matter)."""
+    blob = json.dumps(parts, sort_keys=True, ensure_ascii=False, default=str)
+    return hashlib.sha256(blob.encode("utf-8")).hexdigest()[:12]
+
+
+def artifact_dir(cache_dir: str | os.PathLike, *names: str, key: str) -> Path:
+    """`cache_dir/name1/name2/.../<key>`: readable names for people, the key for correctness."""
+    safe = [n.replace("/", "_").replace(os.sep, "_") for n in names]
+    return Path(cache_dir).joinpath(*safe, key)

@@ -1,0 +1,138 @@
+"""File I/O shared by every stage.
+
+Two promises the whole pipeline relies on:
+- bad input fails with a `DataError` naming the file, line and field (never a silent drop);
+- artifacts appear only complete: written under a temporary name, then renamed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import tempfile
+from collections.abc import Iterable, Iterator, Sequence
+from pathlib import Path
+from typing import IO, Any
+
+
+class DataError(ValueError):
+    """Malformed input, located precisely: ``file:line: field: message``."""
+
+    def __init__(self, path: str | os.PathLike, line: int | None, field: str | None, message: str):
+        self.path, self.line, self.field, self.message = str(path), line, field, message
+        where = self.path + (f":{line}" if line is not None else "")
+        what = f"field '{field}': " if field else ""
+        super().__init__(f"{where}: {what}{message}")
+
+
+def read_jsonl(
+    path: str | os.PathLike,
+    required: Sequence[str] = (),
+    nonempty: Sequence[str] = (),
+) -> Iterator[dict[str, Any]]:
+    """Yield the JSON objects of a JSONL file, checking fields as it goes.
+
+    `required` fields must be present; `nonempty` fields must also be non-empty.
+    Blank lines are allowed (and skipped); anything else that is not a JSON object is an error.
+    """
+    path = Path(path)
+    if not path.exists():
+        raise DataError(path, None, None, "file not found")
+    with path.open(encoding="utf-8") as f:
+        for lineno, line in enumerate(f, start=1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise DataError(path, lineno, None, f"invalid JSON ({e.msg} at column {e.colno})") from e
+            if not isinstance(row, dict):
+                raise DataError(path, lineno, None, f"expected a JSON object, got {type(row).__name__}")
+            check_fields(row, path, lineno, required, nonempty)
+            yield row
+
+
+def check_fields(
+    row: dict[str, Any],
+    path: str | os.PathLike,
+    line: int | None,
+    required: Sequence[str] = (),
+    nonempty: Sequence[str] = (),
+) -> None:
+    """Raise a located `DataError` if a required field is missing or a non-empty one is empty."""
+    for name in required:
+        if name not in row:
+            raise DataError(path, line, name, "missing")
+    for name in nonempty:
+        value = row.get(name)
+        if value is None:
+            raise DataError(path, line, name, "missing")
+        if (isinstance(value, str) and not value.strip()) or (
+            isinstance(value, (list, tuple, dict)) and len(value) == 0
+        ):
+            raise DataError(path, line, name, "empty")
+
+
+@contextlib.contextmanager
+def atomic_open(path: str | os.PathLike, mode: str = "w", encoding: str | None = "utf-8") -> Iterator[IO]:
+    """Open a temporary file beside `path`; rename it over `path` only if the block succeeds."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    try:
+        kwargs = {} if "b" in mode else {"encoding": encoding}
+        with open(tmp, mode, **kwargs) as f:
+            yield f
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+
+
+def write_jsonl(path: str | os.PathLike, rows: Iterable[dict[str, Any]]) -> int:
+    """Write rows atomically as JSONL (UTF-8, non-ASCII kept); return the number written."""
+    n = 0
+    with atomic_open(path) as f:
+        for row in rows:
+            f.write(json.dumps(row, ensure_ascii=False) + "\n")
+            n += 1
+    return n
+
+
+def write_json(path: str | os.PathLike, obj: Any, indent: int | None = 2) -> None:
+    """Write one JSON document atomically."""
+    with atomic_open(path) as f:
+        json.dump(obj, f, ensure_ascii=False, indent=indent)
+        f.write("\n")
+
+
+def read_json(path: str | os.PathLike) -> Any:
+    """Read one JSON document, with a located error if it is malformed."""
+    path = Path(path)
+    if not path.exists():
+        raise DataError(path, None, None, "file not found")
+    try:
+        with path.open(encoding="utf-8") as f:
+            return json.load(f)
+    except json.JSONDecodeError as e:
+        raise DataError(path, e.lineno, None, f"invalid JSON ({e.msg} at column {e.colno})") from e
+
+
+def file_sha256(path: str | os.PathLike, chunk: int = 1 << 20) -> str:
+    """Hex SHA-256 of a file's bytes."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(chunk):
+            h.update(block)
+    return h.hexdigest()
+
+
+def write_manifest(path: str | os.PathLike, **info: Any) -> None:
+    """Write the manifest that sits beside an artifact (counts, hashes, config)."""
+    write_json(path, info)

