@@ -1,0 +1,27 @@
+"""Corpus: documents -> 100-word passages -> passage / sentence / proposition units."""
+
+from densex.corpus.readers import Skips, read_documents, read_passages
+from densex.corpus.segment import chunk_sentences, load_sentencizer, split_sentences
+from densex.corpus.units import (
+    GRANULARITIES,
+    UnitFiles,
+    build_units,
+    print_unit_table,
+    unit_stats,
+    units_dir_for,
+)
+
+__all__ = [
+    "GRANULARITIES",
+    "Skips",
+    "UnitFiles",
+    "build_units",
+    "chunk_sentences",
+    "load_sentencizer",
+    "print_unit_table",
+    "read_documents",
+    "read_passages",
+    "split_sentences",
+    "unit_stats",
+    "units_dir_for",
+]

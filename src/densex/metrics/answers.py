@@ -1,0 +1,128 @@
+"""Answer matching, exactly as the field scores it.
+
+- `has_answer`: DPR's retrieval judge (dpr/data/qa_validation.py). String mode: NFD-normalise,
+  tokenise with DPR's `SimpleTokenizer`, and look for any answer as an uncased token
+  subsequence of the text. Regex mode (CuratedTREC): search each pattern, case-insensitively.
+- `normalize_answer` / `exact_match`: the SQuAD v1.1 EM used for the reader (lower, strip ASCII
+  punctuation, drop a/an/the, squash whitespace).
+
+Recall@k and EM@l are only comparable with published numbers if these match DPR/SQuAD token
+for token, so the code follows the reference implementations line by line; the only
+additions are caches (a passage is judged against thousands of questions).
+"""
+
+from __future__ import annotations
+
+import re
+import string
+import unicodedata
+from collections.abc import Iterable, Sequence
+from functools import lru_cache
+
+import regex
+
+__all__ = [
+    "SimpleTokenizer",
+    "exact_match",
+    "has_answer",
+    "normalize_answer",
+    "regex_match",
+]
+
+
+class SimpleTokenizer:
+    """DPR's (and DrQA's) SimpleTokenizer: runs of letters/digits/marks, or any other single
+    non-space, non-control character. "1,000" -> ["1", ",", "000"]; "Obama's" -> ["Obama", "'", "s"].
+    """
+
+    ALPHA_NUM = r"[\p{L}\p{N}\p{M}]+"
+    NON_WS = r"[^\p{Z}\p{C}]"
+
+    def __init__(self) -> None:
+        self._regexp = regex.compile(
+            f"({self.ALPHA_NUM})|({self.NON_WS})",
+            flags=regex.IGNORECASE | regex.UNICODE | regex.MULTILINE,
+        )
+
+    def tokenize(self, text: str, uncased: bool = False) -> list[str]:
+        """Token strings of `text` (lower-cased when `uncased`, as DPR's `words(uncased=True)`)."""
+        tokens = [m.group() for m in self._regexp.finditer(text)]
+        return [t.lower() for t in tokens] if uncased else tokens
+
+
+_TOKENIZER = SimpleTokenizer()
+
+
+def _nfd(text: str) -> str:
+    return unicodedata.normalize("NFD", text)
+
+
+@lru_cache(maxsize=1 << 16)
+def _text_tokens(text: str) -> tuple[str, ...]:
+    return tuple(_TOKENIZER.tokenize(_nfd(text), uncased=True))
+
+
+@lru_cache(maxsize=1 << 16)
+def _answer_tokens(answer: str) -> tuple[str, ...]:
+    return tuple(_TOKENIZER.tokenize(_nfd(answer), uncased=True))
+
+
+@lru_cache(maxsize=1 << 12)
+def _compile(pattern: str) -> regex.Pattern | None:
+    try:
+        return regex.compile(
+            _nfd(pattern), flags=regex.IGNORECASE | regex.UNICODE | regex.MULTILINE
+        )
+    except regex.error:
+        return None
+
+
+def regex_match(text: str, pattern: str) -> bool:
+    """True if `pattern` occurs in `text`; an invalid pattern never matches (as in DPR)."""
+    compiled = _compile(pattern)
+    return compiled is not None and compiled.search(_nfd(text)) is not None
+
+
+def _contains(haystack: Sequence[str], needle: Sequence[str]) -> bool:
+    n = len(needle)
+    first = needle[0]
+    return any(
+        haystack[i] == first and tuple(haystack[i : i + n]) == tuple(needle)
+        for i in range(len(haystack) - n + 1)
+    )
+
+
+def has_answer(answers: Iterable[str], text: str, match_type: str = "string") -> bool:
+    """DPR's has_answer: does `text` contain any of `answers`?
+
+    One deliberate difference: an answer with no tokens (e.g. "" or "...") is ignored, where
+    DPR's loop would match it everywhere; the loaders reject such answers anyway.
+    """
+    if match_type == "string":
+        tokens = _text_tokens(text)
+        for answer in answers:
+            needle = _answer_tokens(answer)
+            if needle and _contains(tokens, needle):
+                return True
+        return False
+    if match_type == "regex":
+        return any(regex_match(text, pattern) for pattern in answers)
+    raise ValueError(f"match_type must be 'string' or 'regex', got {match_type!r}")
+
+
+_PUNCT = set(string.punctuation)
+_ARTICLES = re.compile(r"\b(a|an|the)\b")  # stdlib re, as SQuAD's script
+
+
+def normalize_answer(s: str) -> str:
+    """SQuAD v1.1 normalisation: lower, drop ASCII punctuation, drop a/an/the, squash spaces."""
+    s = s.lower()
+    s = "".join(ch for ch in s if ch not in _PUNCT)
+    s = _ARTICLES.sub(" ", s)
+    return " ".join(s.split())
+
+
+def exact_match(prediction: str, answers: Iterable[str]) -> bool:
+    """SQuAD EM: the normalised prediction equals any normalised gold answer."""
+    pred = normalize_answer(prediction)
+    return any(pred == normalize_answer(a) for a in answers)

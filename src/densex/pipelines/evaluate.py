@@ -1,0 +1,244 @@
+"""One benchmark cell: (corpus, retriever, granularity, dataset[, budget, reader]).
+
+units (cached) -> unit index (cached) -> max-over-units passage search -> passage recall@k with
+DPR's has_answer -> QA under a word budget. Writes into the run dir:
+- `results.jsonl`: one row, the cell's config keys + metrics (what the sweep callback reads);
+- `retrieval.json`: DPR's retrieval-results format, which pyserini/DPR evaluators read;
+- `recall_at_k.csv`: recall@k for k = 1..max(topk);
+- `answer_recall_by_words.csv` (+ `em@{budget}` in the row when a reader is set).
+Recall, EM and answer recall are percentages, as in the paper's tables. Returns recall@20 (or
+the largest cut-off below it) so Hydra sweepers can optimise it.
+"""
+
+from __future__ import annotations
+
+import csv
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from omegaconf import DictConfig, OmegaConf
+
+from densex.utils.io import DataError, atomic_open, read_jsonl, write_json, write_jsonl
+from densex.utils.logging import get_logger
+
+log = get_logger(__name__)
+
+CONFIG_KEYS = ("corpus", "retriever", "granularity", "dataset", "reader", "index")
+
+
+def cell_keys(cfg: DictConfig) -> dict[str, Any]:
+    """The cell's identity: the chosen config of each group (Hydra's choice, else its `name`)."""
+    choices: dict[str, Any] = {}
+    try:
+        from hydra.core.hydra_config import HydraConfig
+
+        if HydraConfig.initialized():
+            choices = dict(HydraConfig.get().runtime.choices)
+    except ImportError:  # pragma: no cover - hydra is a dependency
+        pass
+    keys: dict[str, Any] = {}
+    for group in CONFIG_KEYS:
+        node = cfg.get(group)
+        name = node.get("name") if isinstance(node, DictConfig) else None
+        keys[group] = choices.get(group) or name or (node if isinstance(node, str) else None)
+    keys["budget"] = cfg.get("budget")
+    return keys
+
+
+def load_units(
+    units_path: str | Path, passages_path: str | Path
+) -> tuple[list[dict], list[dict], np.ndarray]:
+    """Passages, units, and `unit_passage_rows` (the passage row of every unit row)."""
+    passages = list(read_jsonl(passages_path, nonempty=("id",), required=("text",)))
+    row_of = {p["id"]: i for i, p in enumerate(passages)}
+    units, rows = [], []
+    for lineno, u in enumerate(
+        read_jsonl(units_path, nonempty=("id", "passage_id", "text")), start=1
+    ):
+        if u["passage_id"] not in row_of:
+            raise DataError(
+                units_path, lineno, "passage_id", f"unknown passage {u['passage_id']!r}"
+            )
+        rows.append(row_of[u["passage_id"]])
+        units.append(u)
+    return passages, units, np.asarray(rows, dtype=np.int64)
+
+
+def recall_curve(hits: np.ndarray) -> np.ndarray:
+    """recall@k for k = 1..K from a [n_questions, K] has_answer matrix (rank order)."""
+    if hits.size == 0:
+        return np.zeros(hits.shape[1] if hits.ndim == 2 else 0)
+    return np.logical_or.accumulate(hits, axis=1).mean(axis=0)
+
+
+def run(cfg: DictConfig) -> float:
+    """Evaluate one cell, write its files into `cfg.paths.output_dir`, return recall@20."""
+    from densex.data.questions import load_dataset_questions
+    from densex.metrics.answers import has_answer
+    from densex.pipelines.index import build_corpus_units, generates_propositions
+    from densex.qa.cell import qa_metrics
+    from densex.retrieval.build import load_or_build_searcher
+    from densex.retrieval.search import retrieve_passages
+
+    t_start = time.perf_counter()
+    out_dir = Path(cfg.paths.output_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    cache_dir = Path(cfg.paths.cache_dir)
+    granularity = str(cfg.granularity.name)
+    topk = sorted({int(k) for k in cfg.topk})
+    K = topk[-1]
+    keys = cell_keys(cfg)
+
+    # units: built once per corpus content, shared by every job of a sweep
+    t0 = time.perf_counter()
+    unit_files = build_corpus_units(cfg, with_generated=generates_propositions(cfg))
+    units_path = unit_file(unit_files, granularity)
+    passages, units, unit_passage_rows = load_units(units_path, unit_files.passages)
+    t_units = time.perf_counter() - t0
+
+    t0 = time.perf_counter()
+    searcher = load_or_build_searcher(
+        units_path, cfg.retriever, cfg.index, cache_dir, cfg.get("trainer")
+    )
+    if list(searcher.unit_ids) != [u["id"] for u in units]:
+        raise DataError(units_path, None, "id", "the index's unit ids differ from the units file")
+    t_index = time.perf_counter() - t0
+
+    limit = cfg.get("limit_questions")
+    questions = load_dataset_questions(cfg.dataset, limit=int(limit) if limit else None)
+    if not questions:
+        raise DataError(str(cfg.dataset.get("path", cfg.dataset)), None, None, "no questions")
+
+    t0 = time.perf_counter()
+    # first fetch sized by units per passage, so fine-grained indexes rarely need a second search
+    ratio = int(np.ceil(len(units) / max(1, len(passages))))
+    results = retrieve_passages(
+        searcher, [q["question"] for q in questions], unit_passage_rows, K, n_start=K * ratio + 1
+    )
+    t_search = time.perf_counter() - t0
+
+    t0 = time.perf_counter()
+    match = str(cfg.dataset.get("match", "string"))
+    hits = np.zeros((len(questions), K), dtype=bool)
+    dpr_rows = []
+    for qi, (q, r) in enumerate(zip(questions, results)):
+        ctxs = []
+        for rank, (p, s) in enumerate(zip(r.passage_rows.tolist(), r.passage_scores.tolist())):
+            psg = passages[p]
+            hit = bool(has_answer(q["answers"], psg["text"], match))
+            hits[qi, rank] = hit
+            ctxs.append(
+                {
+                    "id": psg["id"],
+                    "title": psg.get("title", ""),
+                    "text": psg["text"],
+                    "score": s,
+                    "has_answer": hit,
+                }
+            )
+        dpr_rows.append(
+            {"id": q.get("id"), "question": q["question"], "answers": q["answers"], "ctxs": ctxs}
+        )
+    curve = recall_curve(hits)
+    t_match = time.perf_counter() - t0
+
+    # percent, as the paper's tables and the QA metrics
+    metrics: dict[str, Any] = {f"recall@{k}": round(100.0 * float(curve[k - 1]), 4) for k in topk}
+
+    t0 = time.perf_counter()
+    ranked_unit_texts = [[units[u]["text"] for u in r.unit_rows.tolist()] for r in results]
+    qa = qa_metrics(
+        questions,
+        ranked_unit_texts,
+        cfg.get("reader"),
+        int(cfg.budget),
+        int(cfg.get("recall_curve_max_words", 500)),
+        out_dir,
+        match_type=match,
+    )
+    metrics.update(qa or {})
+    t_qa = time.perf_counter() - t0
+
+    row = {
+        **keys,
+        **metrics,
+        "n_questions": len(questions),
+        "n_units": len(units),
+        "n_passages": len(passages),
+        "time_units_s": round(t_units, 3),
+        "time_index_s": round(t_index, 3),
+        "time_search_s": round(t_search, 3),
+        "time_match_s": round(t_match, 3),
+        "time_qa_s": round(t_qa, 3),
+        "time_total_s": round(time.perf_counter() - t_start, 3),
+    }
+    write_json(out_dir / "retrieval.json", dpr_rows, indent=None)
+    with atomic_open(out_dir / "recall_at_k.csv") as f:
+        w = csv.writer(f, lineterminator="\n")
+        w.writerow(["k", "recall"])
+        w.writerows([[k + 1, round(100.0 * float(v), 4)] for k, v in enumerate(curve)])
+    write_jsonl(out_dir / "results.jsonl", [row])
+
+    print_metrics(row)
+    _log_wandb(cfg, row, dpr_rows, units, results, curve)
+    target = max([k for k in topk if k <= 20], default=topk[0])
+    return metrics[f"recall@{target}"]
+
+
+def unit_file(unit_files: Any, granularity: str) -> Path:
+    """The units file of one granularity from `build_units`' result, or a located DataError."""
+    try:
+        return Path(unit_files[granularity])
+    except KeyError as e:
+        raise DataError(unit_files.manifest, None, "granularity", str(e.args[0])) from e
+
+
+def print_metrics(row: dict[str, Any]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    title = " ".join(f"{k}={row[k]}" for k in ("corpus", "retriever", "granularity", "dataset"))
+    t = Table(title=title)
+    t.add_column("metric")
+    t.add_column("value", justify="right")
+    for k, v in row.items():
+        if k in CONFIG_KEYS or k == "budget" or v is None:
+            continue
+        if isinstance(v, float) and k.startswith(("recall@", "em@", "answer_recall@")):
+            t.add_row(k, f"{v:.1f}")
+        else:
+            t.add_row(k, str(v))
+    Console().print(t)
+
+
+def _log_wandb(cfg: DictConfig, row, dpr_rows, units, results, curve) -> None:
+    from densex.report.wandb_log import init_run, log_cell
+
+    run = init_run(
+        cfg,
+        save_dir=cfg.paths.output_dir,
+        name="-".join(str(row[k]) for k in ("retriever", "granularity", "dataset")),
+        job_type="evaluate",
+        config=OmegaConf.to_container(cfg, resolve=True),
+    )
+    if run is None:
+        return
+    samples = []
+    for q, r in list(zip(dpr_rows, results))[: int(cfg.get("log_samples", 0) or 0)]:
+        top = q["ctxs"][0] if q["ctxs"] else {}
+        samples.append(
+            {
+                "question": q["question"],
+                "answers": "; ".join(q["answers"]),
+                "top_unit": units[int(r.unit_rows[0])]["text"] if len(r.unit_rows) else "",
+                "top_passage": f"{top.get('title', '')}: {top.get('text', '')}",
+                "top_has_answer": top.get("has_answer", False),
+                "first_hit_rank": next(
+                    (i + 1 for i, c in enumerate(q["ctxs"]) if c["has_answer"]), None
+                ),
+            }
+        )
+    log_cell(run, row, samples, curve)
+    run.finish()

@@ -1,0 +1,424 @@
+"""Propositionize a passages file with a seq2seq checkpoint or an LLM teacher.
+
+`generate_propositions` is what `index.py granularity=proposition propositionizer=model`
+calls. The model path runs Lightning `Trainer.predict`: each predict batch is one *shard* of
+passages, generated greedily in length-sorted micro-batches (bf16 on GPU) and written
+atomically by a `BasePredictionWriter`, so an interrupted run resumes at the first missing
+shard and several devices (ddp / ddp_spawn) split the shards between them. Shards keep the
+raw text; parsing and fallbacks (`parse.py`) happen when the shards are merged into the
+standard propositions file `{"id", "propositions"}` + `manifest.json` beside it.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytorch_lightning as pl
+import torch
+from pytorch_lightning.callbacks import BasePredictionWriter
+from torch.utils.data import DataLoader
+
+from densex.propositionizer.parse import (
+    FALLBACK_MODES,
+    ParseStats,
+    SentenceSplitter,
+    resolve_output,
+)
+from densex.utils.cache import content_key, hash_file
+from densex.utils.io import DataError, read_jsonl, write_jsonl, write_manifest
+from densex.utils.logging import get_logger
+from densex.utils.models import resolve_model
+
+log = get_logger(__name__)
+
+__all__ = [
+    "PropositionGenerator",
+    "PropositionShardWriter",
+    "format_source",
+    "generate_propositions",
+    "manifest_path",
+    "read_passages",
+    "write_propositions",
+]
+
+# The source side of training pairs and of the released propositionizer's model card.
+SOURCE_TEMPLATE = "Title: {title}. Section: {section}. Content: {text}"
+SHARD_NAME = "shard-{:05d}.jsonl"
+
+
+def format_source(passage: Mapping[str, Any]) -> str:
+    """`Title: {title}. Section: {section}. Content: {text}` (str.format is safe: the slots are
+    filled once, braces inside the passage are not re-interpreted)."""
+    return SOURCE_TEMPLATE.format(
+        title=passage.get("title") or "", section=passage.get("section") or "", text=passage["text"]
+    )
+
+
+def manifest_path(out_path: str | os.PathLike) -> Path:
+    """Where the manifest of a propositions file lives: `manifest.json` beside it."""
+    return Path(out_path).parent / "manifest.json"
+
+
+def read_passages(path: str | os.PathLike) -> list[dict[str, Any]]:
+    """Passages `{"id", "title", "section"?, "text"}` with types and unique ids checked."""
+    rows = list(read_jsonl(path, required=("id", "title", "text"), nonempty=("id",)))
+    seen: dict[str, int] = {}
+    for n, row in enumerate(rows):
+        for name in ("id", "title", "text", "section"):
+            if name in row and row[name] is not None and not isinstance(row[name], str):
+                raise DataError(
+                    path,
+                    _line_of(path, n),
+                    name,
+                    f"expected a string, got {type(row[name]).__name__}",
+                )
+        if row["id"] in seen:
+            raise DataError(
+                path,
+                _line_of(path, n),
+                "id",
+                f"duplicate id {row['id']!r} (first on line {_line_of(path, seen[row['id']])})",
+            )
+        seen[row["id"]] = n
+    return rows
+
+
+def _line_of(path: str | os.PathLike, row_index: int) -> int:
+    """1-based file line of the `row_index`-th non-blank line (only computed for errors)."""
+    with open(path, encoding="utf-8") as f:
+        k = -1
+        for lineno, line in enumerate(f, start=1):
+            k += bool(line.strip())
+            if k == row_index:
+                return lineno
+    return row_index + 1
+
+
+def _get(cfg: Any, name: str, default: Any = None) -> Any:
+    value = cfg.get(name, default) if cfg is not None else default
+    return default if value is None else value
+
+
+def write_propositions(
+    passages: Sequence[Mapping[str, Any]],
+    raws: Sequence[str | None],
+    out_path: str | os.PathLike,
+    fallback: str = "sentences",
+    spacy_model: str | None = "en_core_web_lg",
+    **manifest: Any,
+) -> ParseStats:
+    """Parse every raw output (with fallbacks) and write the propositions file + manifest.
+
+    One row per passage, in passage order: N passages in, N rows out.
+    """
+    if len(raws) != len(passages):
+        raise ValueError(f"{len(raws)} outputs for {len(passages)} passages")
+    split = SentenceSplitter(spacy_model)
+    stats = ParseStats()
+    rows = []
+    for passage, raw in zip(passages, raws):
+        resolved = resolve_output(raw, passage["text"], fallback, split)
+        stats.add(resolved)
+        rows.append({"id": passage["id"], "propositions": resolved.propositions})
+    write_jsonl(out_path, rows)
+    counts = stats.as_dict()
+    write_manifest(
+        manifest_path(out_path),
+        artifact=Path(out_path).name,
+        **counts,
+        fallback=fallback,
+        **manifest,
+    )
+    log.info(
+        "wrote %d passages -> %d propositions to %s (strict %d, repaired %d, fallbacks %s, dropped %d)",
+        counts["passages"],
+        counts["propositions"],
+        out_path,
+        counts["parsed_strict"],
+        counts["repaired"],
+        counts["fallbacks"],
+        counts["items_dropped"],
+    )
+    return stats
+
+
+class PropositionGenerator(pl.LightningModule):
+    """Greedy seq2seq generation in `predict_step`; one predict batch = one shard of passages.
+
+    The checkpoint is loaded in `setup` (in every process, after ddp_spawn pickles the module),
+    so the module itself is cheap to pickle. `shards` is a list of
+    `{"shard": int, "ids": [...], "sources": [...]}`; each rank takes every world_size-th one.
+    """
+
+    def __init__(
+        self,
+        model_name_or_path: str,
+        shards: Sequence[Mapping[str, Any]] = (),
+        batch_size: int = 8,
+        max_source_length: int = 512,
+        max_new_tokens: int = 512,
+        num_beams: int = 1,
+        dtype: str = "auto",
+    ):
+        super().__init__()
+        self.model_name_or_path = model_name_or_path
+        self.shards = list(shards)
+        self.batch_size = batch_size
+        self.max_source_length = max_source_length
+        self.max_new_tokens = max_new_tokens
+        self.num_beams = num_beams
+        self.dtype_name = dtype
+        self.model = None
+        self.tokenizer = None
+
+    def setup(self, stage: str | None = None) -> None:
+        if self.model is not None:
+            return
+        from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+
+        self.tokenizer = AutoTokenizer.from_pretrained(self.model_name_or_path)
+        self.tokenizer.model_max_length = self.max_source_length
+        self.model = AutoModelForSeq2SeqLM.from_pretrained(self.model_name_or_path)
+        self.model.eval()
+
+    def on_predict_start(self) -> None:
+        dtype = {
+            "float32": torch.float32,
+            "bfloat16": torch.bfloat16,
+            "float16": torch.float16,
+        }.get(self.dtype_name)
+        if self.dtype_name == "auto":
+            on_gpu = self.device.type == "cuda" and torch.cuda.is_bf16_supported()
+            dtype = torch.bfloat16 if on_gpu else torch.float32
+        if dtype is None:
+            raise ValueError(
+                f"dtype must be auto|float32|bfloat16|float16, got {self.dtype_name!r}"
+            )
+        self.model.to(dtype)
+
+    def predict_dataloader(self) -> DataLoader:
+        rank, world = self.trainer.global_rank, self.trainer.world_size
+        return DataLoader(self.shards[rank::world], batch_size=1, shuffle=False, collate_fn=_only)
+
+    @torch.inference_mode()
+    def generate(self, sources: Sequence[str]) -> tuple[list[str], list[bool]]:
+        """Generate for `sources` in length-sorted batches; return texts and, per text, whether
+        it hit `max_new_tokens` without an end-of-sequence token (likely cut off)."""
+        if self.model is None:
+            self.setup()
+        lengths = [len(ids) for ids in self.tokenizer(list(sources), truncation=True)["input_ids"]]
+        order = sorted(range(len(sources)), key=lambda i: -lengths[i])
+        texts: list[str] = [""] * len(sources)
+        cut: list[bool] = [False] * len(sources)
+        eos, pad = self.tokenizer.eos_token_id, self.tokenizer.pad_token_id
+        for b in range(0, len(order), self.batch_size):
+            idx = order[b : b + self.batch_size]
+            enc = self.tokenizer(
+                [sources[i] for i in idx], return_tensors="pt", padding=True, truncation=True
+            ).to(self.model.device)
+            out = self.model.generate(
+                **enc, max_new_tokens=self.max_new_tokens, num_beams=self.num_beams, do_sample=False
+            )
+            decoded = self.tokenizer.batch_decode(out, skip_special_tokens=True)
+            for row, i in enumerate(idx):
+                tokens = out[row][out[row] != pad]
+                texts[i] = decoded[row]
+                cut[i] = len(tokens) >= self.max_new_tokens and (eos not in tokens.tolist())
+        return texts, cut
+
+    def predict_step(self, batch: Mapping[str, Any], batch_idx: int) -> dict[str, Any]:
+        texts, cut = self.generate(batch["sources"])
+        return {"shard": batch["shard"], "ids": batch["ids"], "raw": texts, "cut": cut}
+
+
+def _only(batch: list[Any]) -> Any:
+    """Collate for one-shard batches (a module-level function, so ddp_spawn can pickle it)."""
+    return batch[0]
+
+
+class PropositionShardWriter(BasePredictionWriter):
+    """Writes each predicted shard atomically as `shard-XXXXX.jsonl` of `{"id", "raw", "cut"}`."""
+
+    def __init__(self, shard_dir: str | os.PathLike):
+        super().__init__(write_interval="batch")
+        self.shard_dir = Path(shard_dir)
+
+    def write_on_batch_end(
+        self, trainer, pl_module, prediction, batch_indices, batch, batch_idx, dataloader_idx=0
+    ) -> None:
+        rows = (
+            {"id": i, "raw": r, "cut": c}
+            for i, r, c in zip(prediction["ids"], prediction["raw"], prediction["cut"])
+        )
+        write_jsonl(self.shard_dir / SHARD_NAME.format(prediction["shard"]), rows)
+
+
+def _model_fingerprint(model: str) -> dict[str, Any]:
+    """A local checkpoint is identified by its files' names, sizes and mtimes (hashing GBs of
+    weights on every run would cost more than it protects); a hub id by itself."""
+    p = Path(model)
+    if p.is_dir():
+        files = sorted(
+            (f.name, f.stat().st_size, f.stat().st_mtime_ns) for f in p.iterdir() if f.is_file()
+        )
+        return {"path": str(p), "files": files}
+    return {"hub_id": model}
+
+
+def _read_shard(path: Path, ids: Sequence[str]) -> list[dict[str, Any]] | None:
+    """The rows of a complete shard for exactly `ids`, or None (missing or stale)."""
+    if not path.exists():
+        return None
+    try:
+        rows = list(read_jsonl(path, required=("id", "raw")))
+    except DataError as e:
+        log.warning("ignoring unreadable shard %s: %s", path, e)
+        return None
+    if [r["id"] for r in rows] != list(ids):
+        log.warning("ignoring shard %s: its ids do not match the passages", path)
+        return None
+    return rows
+
+
+def _build_trainer(trainer_cfg: Any, callbacks: list) -> pl.Trainer:
+    """The project's trainer config (Hydra `_target_` or plain kwargs), with what predict needs."""
+    overrides = {
+        "callbacks": callbacks,
+        "logger": False,
+        "enable_checkpointing": False,
+        "enable_model_summary": False,
+        "use_distributed_sampler": False,  # our predict_dataloader splits shards by rank
+    }
+    if trainer_cfg is None:
+        return pl.Trainer(accelerator="auto", devices=1, **overrides)
+    if "_target_" in trainer_cfg:
+        from hydra.utils import instantiate
+
+        return instantiate(trainer_cfg, **overrides)
+    return pl.Trainer(**{**dict(trainer_cfg), **overrides})
+
+
+def _generate_with_model(
+    passages: list[dict[str, Any]], passages_path: Path, cfg: Any, out_path: Path, trainer_cfg: Any
+) -> Path:
+    model = resolve_model(str(_get(cfg, "model")))
+    settings = {
+        "batch_size": int(_get(cfg, "batch_size", 8)),
+        "max_source_length": int(_get(cfg, "max_source_length", 512)),
+        "max_new_tokens": int(_get(cfg, "max_new_tokens", 512)),
+        "num_beams": int(_get(cfg, "num_beams", 1)),
+        "dtype": str(_get(cfg, "dtype", "auto")),
+    }
+    shard_size = int(_get(cfg, "shard_size", 256))
+    if shard_size < 1:
+        raise ValueError(f"shard_size must be >= 1, got {shard_size}")
+    passages_sha = hash_file(passages_path)
+    # batch_size and dtype do not change greedy outputs in principle, but bf16 vs fp32 can flip
+    # near-ties; keep dtype in the key, leave batch_size out so a resume may change it.
+    key = content_key(
+        model=_model_fingerprint(model),
+        passages=passages_sha,
+        shard_size=shard_size,
+        **{k: v for k, v in settings.items() if k != "batch_size"},
+    )
+    shard_dir = out_path.parent / "shards" / key
+    shards = [
+        {
+            "shard": k,
+            "ids": [p["id"] for p in passages[s : s + shard_size]],
+            "sources": [format_source(p) for p in passages[s : s + shard_size]],
+        }
+        for k, s in enumerate(range(0, len(passages), shard_size))
+    ]
+    pending = [
+        s
+        for s in shards
+        if _read_shard(shard_dir / SHARD_NAME.format(s["shard"]), s["ids"]) is None
+    ]
+    log.info(
+        "propositionizer %s: %d passages in %d shards, %d to generate (%s)",
+        model,
+        len(passages),
+        len(shards),
+        len(pending),
+        shard_dir,
+    )
+    t0 = time.perf_counter()
+    if pending:
+        module = PropositionGenerator(model, pending, **settings)
+        trainer = _build_trainer(trainer_cfg, [PropositionShardWriter(shard_dir)])
+        trainer.predict(module, return_predictions=False)
+        if not trainer.is_global_zero:  # ddp (not spawn): rank 0 merges
+            return out_path
+    seconds = time.perf_counter() - t0
+    raws: list[str] = []
+    cut = 0
+    for s in shards:
+        rows = _read_shard(shard_dir / SHARD_NAME.format(s["shard"]), s["ids"])
+        if rows is None:
+            raise RuntimeError(f"shard {s['shard']} missing after generation in {shard_dir}")
+        raws += [r["raw"] for r in rows]
+        cut += sum(bool(r.get("cut")) for r in rows)
+    write_propositions(
+        passages,
+        raws,
+        out_path,
+        fallback=str(_get(cfg, "fallback", "sentences")),
+        spacy_model=_get(cfg, "spacy_model", "en_core_web_lg"),
+        type="model",
+        model=model,
+        settings={
+            **settings,
+            "shard_size": shard_size,
+            "decoding": "greedy" if settings["num_beams"] == 1 else "beam",
+        },
+        passages_file=str(passages_path),
+        passages_sha256=passages_sha,
+        shards={
+            "dir": str(shard_dir),
+            "total": len(shards),
+            "generated": len(pending),
+            "reused": len(shards) - len(pending),
+        },
+        hit_max_new_tokens=cut,
+        generation_seconds=round(seconds, 3),
+    )
+    return out_path
+
+
+def generate_propositions(
+    passages_path: str | os.PathLike,
+    propositionizer_cfg: Any,
+    out_path: str | os.PathLike,
+    trainer_cfg: Any = None,
+) -> Path:
+    """Write `{"id", "propositions"}` for every passage of `passages_path` to `out_path`.
+
+    `propositionizer_cfg.type` picks the backend: `model` (any seq2seq checkpoint: a hub id, a
+    `save_pretrained` directory) or `teacher` (an OpenAI-compatible chat API, `teacher.py`).
+    `trainer_cfg` (the project's `trainer` config) sets devices/strategy for `model`.
+    """
+    passages_path, out_path = Path(passages_path), Path(out_path)
+    kind = str(_get(propositionizer_cfg, "type", "model"))
+    fallback = str(_get(propositionizer_cfg, "fallback", "sentences"))
+    if fallback not in FALLBACK_MODES:
+        raise ValueError(
+            f"propositionizer.fallback must be one of {FALLBACK_MODES}, got {fallback!r}"
+        )
+    passages = read_passages(passages_path)
+    if kind == "model":
+        return _generate_with_model(
+            passages, passages_path, propositionizer_cfg, out_path, trainer_cfg
+        )
+    if kind == "teacher":
+        from densex.propositionizer.teacher import generate_with_teacher
+
+        return generate_with_teacher(passages, passages_path, propositionizer_cfg, out_path)
+    raise ValueError(
+        f"propositionizer.type={kind!r} cannot generate; expected 'model' or 'teacher' "
+        "('file' reads an existing propositions file and needs no generation)"
+    )

@@ -1,0 +1,367 @@
+"""Distillation data from an LLM teacher behind any OpenAI-compatible chat API.
+
+The paper prompts GPT-4 with its Figure 8 prompt (`conf/prompts/figure8.txt`) one passage at
+a time; the same code serves OpenAI, a vLLM/TGI server (Mixtral, Yi, Qwen) or Anthropic's
+OpenAI-compatible endpoint, chosen by `base_url` + `model`. Every reply is cached on disk under
+sha256(model, prompt-template hash, passage source), so a rerun or a resumed run costs nothing;
+the retry policy (exponential back-off with jitter on 429/5xx/timeouts) is ours, not the
+client's, so it is explicit and testable. The API key is read from the environment variable
+named by `api_key_env` and is never logged, cached or written to the manifest.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import random
+import re
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+from densex.propositionizer.generate import _get, format_source, write_propositions
+from densex.utils.cache import hash_file
+from densex.utils.io import DataError, read_json, write_json
+from densex.utils.logging import get_logger
+
+log = get_logger(__name__)
+
+__all__ = ["Teacher", "TeacherError", "TeacherReply", "fill_prompt", "generate_with_teacher"]
+
+_SLOT = re.compile(r"\{(title|section|text)\}")
+_RETRY_STATUS = {408, 409, 429}
+
+
+class TeacherError(RuntimeError):
+    """The API refused or kept failing after all retries."""
+
+
+def default_prompt_path() -> Path:
+    """`conf/prompts/figure8.txt` of this checkout (the paper's Figure 8, verbatim)."""
+    root = os.environ.get("PROJECT_ROOT") or Path(__file__).resolve().parents[3]
+    return Path(root) / "conf" / "prompts" / "figure8.txt"
+
+
+def load_template(path: str | os.PathLike) -> str:
+    """The prompt template, without the file's final newline; it must have all three slots."""
+    path = Path(path)
+    if not path.exists():
+        raise DataError(path, None, None, "prompt template not found")
+    text = path.read_text(encoding="utf-8")
+    text = text[:-1] if text.endswith("\n") else text
+    missing = {"title", "section", "text"} - set(_SLOT.findall(text))
+    if missing:
+        raise DataError(path, None, None, f"prompt template lacks slots {sorted(missing)}")
+    return text
+
+
+def fill_prompt(template: str, passage: Mapping[str, Any]) -> str:
+    """Fill `{title}`, `{section}`, `{text}` in one pass; other braces (the example's JSON)
+    and braces inside the passage are left exactly as they are."""
+    values = {
+        "title": passage.get("title") or "",
+        "section": passage.get("section") or "",
+        "text": passage["text"],
+    }
+    return _SLOT.sub(lambda m: values[m.group(1)], template)
+
+
+def _redact_url(url: str | None) -> str | None:
+    """Drop user:password@ and the query string from a URL before it is written anywhere."""
+    if not url:
+        return url
+    parts = urlsplit(url)
+    netloc = parts.hostname or ""
+    if parts.port:
+        netloc += f":{parts.port}"
+    return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
+
+
+@dataclass(frozen=True)
+class TeacherReply:
+    content: str
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    finish_reason: str | None = None
+    cached: bool = False
+
+
+class Teacher:
+    """A cached, rate-limit-tolerant client for one (base_url, model, prompt template)."""
+
+    def __init__(
+        self,
+        model: str,
+        base_url: str | None = None,
+        api_key_env: str | None = "OPENAI_API_KEY",
+        prompt_path: str | os.PathLike | None = None,
+        cache_dir: str | os.PathLike = ".cache/teacher",
+        max_concurrency: int = 8,
+        max_retries: int = 6,
+        backoff_base: float = 1.0,
+        backoff_max: float = 60.0,
+        timeout: float = 120.0,
+        temperature: float = 0.0,
+        max_tokens: int = 1024,
+        price_prompt_per_1m: float = 0.0,
+        price_completion_per_1m: float = 0.0,
+        sleep: Callable[[float], None] = time.sleep,
+        seed: int | None = None,
+    ):
+        self.model = model
+        self.base_url = base_url
+        self.api_key_env = api_key_env
+        self.prompt_path = Path(prompt_path) if prompt_path else default_prompt_path()
+        self.template = load_template(self.prompt_path)
+        self.template_sha256 = hashlib.sha256(self.template.encode("utf-8")).hexdigest()
+        self.cache_dir = Path(cache_dir)
+        self.max_concurrency = max(1, int(max_concurrency))
+        self.max_retries = int(max_retries)
+        self.backoff_base, self.backoff_max = float(backoff_base), float(backoff_max)
+        self.timeout = float(timeout)
+        self.temperature, self.max_tokens = float(temperature), int(max_tokens)
+        self.prices = (float(price_prompt_per_1m), float(price_completion_per_1m))
+        self._sleep = sleep
+        self._rng = random.Random(seed)
+        self._lock = threading.Lock()
+        self._client = None
+        self.counts = {"requests": 0, "retries": 0, "api_replies": 0, "cache_hits": 0}
+
+    # -- client -------------------------------------------------------------------------
+    def client(self):
+        """The openai client, with its own retries off (the policy is `_complete`'s)."""
+        if self._client is None:
+            try:
+                from openai import OpenAI
+            except ImportError as e:  # pragma: no cover - depends on extras
+                raise ImportError("propositionizer=teacher needs `pip install 'densex[llm]'`") from e
+            if self.api_key_env:
+                key = os.environ.get(self.api_key_env)
+                if not key:
+                    raise TeacherError(f"environment variable {self.api_key_env} is not set (the API key)")
+            else:
+                key = "EMPTY"  # local vLLM/TGI servers accept any key
+            self._client = OpenAI(
+                api_key=key, base_url=self.base_url, max_retries=0, timeout=self.timeout
+            )
+        return self._client
+
+    # -- cache --------------------------------------------------------------------------
+    def cache_key(self, source: str) -> str:
+        blob = json.dumps([self.model, self.template_sha256, source], ensure_ascii=False)
+        return hashlib.sha256(blob.encode("utf-8")).hexdigest()
+
+    def _cache_path(self, key: str) -> Path:
+        return self.cache_dir / key[:2] / f"{key}.json"
+
+    def _cached(self, key: str) -> TeacherReply | None:
+        path = self._cache_path(key)
+        if not path.exists():
+            return None
+        try:
+            entry = read_json(path)
+            usage = entry.get("usage") or {}
+            return TeacherReply(
+                str(entry["content"]),
+                int(usage.get("prompt_tokens", 0)),
+                int(usage.get("completion_tokens", 0)),
+                entry.get("finish_reason"),
+                cached=True,
+            )
+        except (DataError, KeyError, TypeError, ValueError, AttributeError) as e:
+            log.warning("ignoring a corrupt cache entry %s (%s)", path, e)
+            return None
+
+    def _store(self, key: str, source: str, reply: TeacherReply) -> None:
+        write_json(
+            self._cache_path(key),
+            {
+                "model": self.model,
+                "template_sha256": self.template_sha256,
+                "source": source,
+                "content": reply.content,
+                "finish_reason": reply.finish_reason,
+                "usage": {
+                    "prompt_tokens": reply.prompt_tokens,
+                    "completion_tokens": reply.completion_tokens,
+                },
+            },
+        )
+
+    # -- requests -----------------------------------------------------------------------
+    def _delay(self, attempt: int, error: Exception) -> float:
+        """Exponential back-off with equal jitter; a server's Retry-After is honoured (capped)."""
+        d = min(self.backoff_max, self.backoff_base * (2**attempt))
+        with self._lock:
+            d = d / 2 + self._rng.uniform(0, d / 2)
+        response = getattr(error, "response", None)
+        retry_after = response.headers.get("retry-after") if response is not None else None
+        if retry_after:
+            try:
+                d = max(d, min(self.backoff_max, float(retry_after)))
+            except ValueError:
+                pass
+        return d
+
+    def _complete(self, prompt: str) -> TeacherReply:
+        import openai
+
+        for attempt in range(self.max_retries + 1):
+            with self._lock:
+                self.counts["requests"] += 1
+            try:
+                resp = self.client().chat.completions.create(
+                    model=self.model,
+                    messages=[{"role": "user", "content": prompt}],
+                    temperature=self.temperature,
+                    max_tokens=self.max_tokens,
+                )
+            except (openai.APIConnectionError, openai.APIStatusError) as e:
+                status = getattr(e, "status_code", None)
+                retryable = status is None or status in _RETRY_STATUS or status >= 500
+                what = f"{type(e).__name__}" + (f" (HTTP {status})" if status else "")
+                if not retryable:
+                    raise TeacherError(f"{self.model}: {what}; not retried") from e
+                if attempt == self.max_retries:
+                    raise TeacherError(f"{self.model}: {what} after {attempt + 1} attempts") from e
+                delay = self._delay(attempt, e)
+                log.warning("%s; retry %d/%d in %.2fs", what, attempt + 1, self.max_retries, delay)
+                with self._lock:
+                    self.counts["retries"] += 1
+                self._sleep(delay)
+                continue
+            choice = resp.choices[0] if resp.choices else None
+            content = (choice.message.content if choice and choice.message else None) or ""
+            usage = resp.usage
+            with self._lock:
+                self.counts["api_replies"] += 1
+            return TeacherReply(
+                content,
+                int(getattr(usage, "prompt_tokens", 0) or 0),
+                int(getattr(usage, "completion_tokens", 0) or 0),
+                choice.finish_reason if choice else None,
+            )
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def reply(self, passage: Mapping[str, Any]) -> TeacherReply:
+        """The teacher's reply for one passage: from the cache, else from the API (then cached)."""
+        source = format_source(passage)
+        key = self.cache_key(source)
+        hit = self._cached(key)
+        if hit is not None:
+            with self._lock:
+                self.counts["cache_hits"] += 1
+            return hit
+        reply = self._complete(fill_prompt(self.template, passage))
+        self._store(key, source, reply)
+        return reply
+
+    def replies(self, passages: Sequence[Mapping[str, Any]]) -> list[TeacherReply]:
+        """Replies for all passages, `max_concurrency` requests in flight; order preserved.
+
+        On a failure the requests not yet started are cancelled; finished ones stay cached.
+        """
+        out: list[TeacherReply | None] = [None] * len(passages)
+        done = 0
+        with ThreadPoolExecutor(max_workers=self.max_concurrency) as pool:
+            futures = {pool.submit(self.reply, p): i for i, p in enumerate(passages)}
+            try:
+                for fut in as_completed(futures):
+                    out[futures[fut]] = fut.result()
+                    done += 1
+                    if done % 100 == 0 or done == len(passages):
+                        log.info("teacher: %d/%d passages", done, len(passages))
+            except BaseException:
+                for f in futures:
+                    f.cancel()
+                raise
+        return out  # type: ignore[return-value]
+
+    def cost(self, prompt_tokens: int, completion_tokens: int) -> float:
+        return (prompt_tokens * self.prices[0] + completion_tokens * self.prices[1]) / 1e6
+
+
+def teacher_from_config(cfg: Any, default_cache_dir: str | os.PathLike) -> Teacher:
+    prices = _get(cfg, "prices", {}) or {}
+    if _get(cfg, "model") is None:
+        raise ValueError("propositionizer.model (the teacher's model name) is required")
+    return Teacher(
+        model=str(_get(cfg, "model")),
+        base_url=_get(cfg, "base_url"),
+        api_key_env=cfg.get("api_key_env", "OPENAI_API_KEY"),
+        prompt_path=_get(cfg, "prompt"),
+        cache_dir=_get(cfg, "cache_dir", default_cache_dir),
+        max_concurrency=int(_get(cfg, "max_concurrency", 8)),
+        max_retries=int(_get(cfg, "max_retries", 6)),
+        backoff_base=float(_get(cfg, "backoff_base", 1.0)),
+        backoff_max=float(_get(cfg, "backoff_max", 60.0)),
+        timeout=float(_get(cfg, "timeout", 120.0)),
+        temperature=float(_get(cfg, "temperature", 0.0)),
+        max_tokens=int(_get(cfg, "max_tokens", 1024)),
+        price_prompt_per_1m=float(prices.get("prompt_per_1m", 0.0) or 0.0),
+        price_completion_per_1m=float(prices.get("completion_per_1m", 0.0) or 0.0),
+        seed=_get(cfg, "seed"),
+    )
+
+
+def generate_with_teacher(
+    passages: Sequence[Mapping[str, Any]],
+    passages_path: str | os.PathLike,
+    cfg: Any,
+    out_path: str | os.PathLike,
+) -> Path:
+    """Ask the teacher about every passage and write the standard propositions file + manifest."""
+    out_path = Path(out_path)
+    teacher = teacher_from_config(cfg, default_cache_dir=out_path.parent / "teacher_cache")
+    t0 = time.perf_counter()
+    replies = teacher.replies(passages)
+    seconds = time.perf_counter() - t0
+    new = [r for r in replies if not r.cached]
+    new_p, new_c = sum(r.prompt_tokens for r in new), sum(r.completion_tokens for r in new)
+    all_p, all_c = sum(r.prompt_tokens for r in replies), sum(r.completion_tokens for r in replies)
+    write_propositions(
+        passages,
+        [r.content for r in replies],
+        out_path,
+        fallback=str(_get(cfg, "fallback", "sentences")),
+        spacy_model=_get(cfg, "spacy_model", "en_core_web_lg"),
+        type="teacher",
+        model=teacher.model,
+        base_url=_redact_url(teacher.base_url),
+        api_key_env=teacher.api_key_env,
+        prompt={"path": str(teacher.prompt_path), "sha256": teacher.template_sha256},
+        settings={
+            "temperature": teacher.temperature,
+            "max_tokens": teacher.max_tokens,
+            "max_concurrency": teacher.max_concurrency,
+            "max_retries": teacher.max_retries,
+        },
+        passages_file=str(passages_path),
+        passages_sha256=hash_file(passages_path),
+        cache_dir=str(teacher.cache_dir),
+        requests=dict(teacher.counts),
+        hit_max_tokens=sum(r.finish_reason == "length" for r in replies),
+        tokens={"prompt": new_p, "completion": new_c},
+        cost_usd=round(teacher.cost(new_p, new_c), 6),
+        tokens_including_cache={"prompt": all_p, "completion": all_c},
+        cost_usd_including_cache=round(teacher.cost(all_p, all_c), 6),
+        prices_per_1m={"prompt": teacher.prices[0], "completion": teacher.prices[1]},
+        seconds=round(seconds, 3),
+    )
+    log.info(
+        "teacher %s: %d API replies, %d cache hits, %d retries; %d+%d tokens, $%.4f",
+        teacher.model,
+        teacher.counts["api_replies"],
+        teacher.counts["cache_hits"],
+        teacher.counts["retries"],
+        new_p,
+        new_c,
+        teacher.cost(new_p, new_c),
+    )
+    return out_path

@@ -1,0 +1,136 @@
+"""The QA metrics of one benchmark cell: answer recall by words and, with a reader, EM@l."""
+
+from __future__ import annotations
+
+import csv
+import os
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from densex.metrics.answers import exact_match, has_answer
+from densex.qa.answer_recall import first_answer_words, recall_curve
+from densex.qa.budget import first_words
+from densex.qa.reader import Reader, build_reader
+from densex.utils.io import DataError, atomic_open, write_jsonl, write_manifest
+from densex.utils.logging import get_logger
+
+log = get_logger(__name__)
+
+CURVE_FILE = "answer_recall_by_words.csv"
+PREDICTIONS_FILE = "reader_predictions.jsonl"
+MANIFEST_FILE = "qa_manifest.json"
+
+
+def write_curve(path: str | os.PathLike, recall: Sequence[float], step: int = 1) -> Path:
+    """`words,recall` rows (recall in percent) for l = 0, step, 2*step, ..., always ending at max."""
+    path = Path(path)
+    max_words = len(recall) - 1
+    ls = list(range(0, max_words + 1, step))
+    if ls[-1] != max_words:
+        ls.append(max_words)
+    with atomic_open(path) as f:
+        w = csv.writer(f, lineterminator="\n")
+        w.writerow(["words", "recall"])
+        for n in ls:
+            w.writerow([n, f"{recall[n]:.4f}"])
+    return path
+
+
+def read_curve(path: str | os.PathLike) -> tuple[list[int], list[float]]:
+    """Read back an `answer_recall_by_words.csv` (words, recall in percent)."""
+    path = Path(path)
+    if not path.exists():
+        raise DataError(path, None, None, "file not found")
+    words: list[int] = []
+    recall: list[float] = []
+    with path.open(encoding="utf-8") as f:
+        reader = csv.DictReader(f)
+        for field in ("words", "recall"):
+            if field not in (reader.fieldnames or []):
+                raise DataError(path, 1, field, "missing column")
+        for lineno, row in enumerate(reader, start=2):
+            try:
+                words.append(int(row["words"]))
+            except (TypeError, ValueError) as e:
+                raise DataError(path, lineno, "words", f"not an integer: {row['words']!r}") from e
+            try:
+                recall.append(float(row["recall"]))
+            except (TypeError, ValueError) as e:
+                raise DataError(path, lineno, "recall", f"not a number: {row['recall']!r}") from e
+    return words, recall
+
+
+def qa_metrics(
+    questions: Sequence[Mapping[str, Any]],
+    ranked_unit_texts: Sequence[Sequence[str]],
+    reader_cfg: Mapping[str, Any] | Reader | None,
+    budget: int,
+    max_words: int,
+    out_dir: str | os.PathLike,
+    match_type: str = "string",
+    curve_step: int = 1,
+) -> dict[str, float]:
+    """Answer recall@l words for the whole curve and, with a reader, EM@budget.
+
+    `questions` are `{"id", "question", "answers"}` records aligned with `ranked_unit_texts`
+    (each question's retrieved unit texts, best first). Writes `answer_recall_by_words.csv`,
+    `reader_predictions.jsonl` (with a reader) and `qa_manifest.json` into `out_dir`; returns
+    `answer_recall@100`, `answer_recall@500` (those within max_words), `answer_recall@{budget}`
+    and `em@{budget}` (percent).
+    """
+    if len(questions) != len(ranked_unit_texts):
+        raise ValueError(f"{len(questions)} questions but {len(ranked_unit_texts)} retrievals")
+    out = Path(out_dir)
+    answers = [list(q["answers"]) for q in questions]
+    t0 = time.perf_counter()
+    needed = first_answer_words(ranked_unit_texts, answers, max_words, match_type)
+    curve = recall_curve(needed, max_words)
+    write_curve(out / CURVE_FILE, curve, step=curve_step)
+    metrics: dict[str, float] = {}
+    for l_words in sorted({100, 500, int(budget)}):
+        if l_words <= max_words:
+            metrics[f"answer_recall@{l_words}"] = round(float(curve[l_words]), 4)
+    manifest: dict[str, Any] = {
+        "questions": len(questions),
+        "budget": int(budget),
+        "max_words": int(max_words),
+        "match_type": match_type,
+        "curve_file": CURVE_FILE,
+        "curve_seconds": round(time.perf_counter() - t0, 3),
+    }
+
+    reader = build_reader(reader_cfg)
+    if reader is not None:
+        t0 = time.perf_counter()
+        contexts = [first_words(units, int(budget)) for units in ranked_unit_texts]
+        predictions = reader.answer([q["question"] for q in questions], contexts)
+        correct = [exact_match(p, a) for p, a in zip(predictions, answers)]
+        metrics[f"em@{int(budget)}"] = round(100.0 * sum(correct) / max(len(correct), 1), 4)
+        write_jsonl(
+            out / PREDICTIONS_FILE,
+            (
+                {
+                    "id": q.get("id", i),
+                    "question": q["question"],
+                    "answers": a,
+                    "prediction": p,
+                    "em": bool(c),
+                    "answer_in_context": has_answer(a, ctx, match_type=match_type),
+                }
+                for i, (q, a, p, c, ctx) in enumerate(
+                    zip(questions, answers, predictions, correct, contexts)
+                )
+            ),
+        )
+        manifest.update(
+            reader=reader.name,
+            reader_model=reader.model_path,
+            input_format=reader.input_format,
+            predictions_file=PREDICTIONS_FILE,
+            reader_seconds=round(time.perf_counter() - t0, 3),
+        )
+    write_manifest(out / MANIFEST_FILE, metrics=metrics, **manifest)
+    log.info("qa metrics: %s", metrics)
+    return metrics

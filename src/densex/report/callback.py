@@ -1,0 +1,63 @@
+"""A Hydra callback that turns a finished evaluate sweep into the paper's tables.
+
+Each job of `python evaluate.py -m ...` writes one `results.jsonl` row in its own subdir of the
+sweep dir; at the end of the multirun this callback reads them all and writes, into the sweep
+dir: `table2.md`/`table2.csv` (recall by retriever x granularity x dataset), Table 3 (EM@l)
+when rows carry EM, and the answer-recall-vs-words plot. It works the same with any launcher
+(basic, joblib, submitit) because it only reads files.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+from hydra.experimental.callback import Callback
+from omegaconf import DictConfig
+
+from densex.report.table2 import find_results, load_results, print_table2, write_table2
+
+log = logging.getLogger(__name__)
+
+
+def aggregate_sweep(sweep_dir: str | Path, config: DictConfig | None = None) -> dict[str, Any]:
+    """Write every table of a sweep dir; return what was written (paths, the table rows)."""
+    sweep_dir = Path(sweep_dir)
+    paths = find_results(sweep_dir)
+    if not paths:
+        log.warning("no results.jsonl under %s: nothing to aggregate", sweep_dir)
+        return {"rows": [], "table2": []}
+    rows = load_results(paths)
+    table = write_table2(rows, sweep_dir)
+    print_table2(table, title=f"Table 2: passage recall@k (%) — {sweep_dir}")
+    written: dict[str, Any] = {"rows": rows, "table2": table, "table2_md": sweep_dir / "table2.md"}
+
+    if any(k.startswith("em@") for row in rows for k in row):
+        from densex.report.table3 import write_table3
+
+        written["table3"] = write_table3(rows, sweep_dir)
+    job_dirs = [Path(r["job_dir"]) for r in rows]
+    curve_dirs = [d for d in dict.fromkeys(job_dirs) if (d / "answer_recall_by_words.csv").exists()]
+    if curve_dirs:
+        from densex.report.plots import plot_answer_recall
+
+        written["plot"] = plot_answer_recall(curve_dirs, sweep_dir / "answer_recall_by_words.png")
+
+    if config is not None:
+        from densex.report.wandb_log import init_run, log_table
+
+        run = init_run(config, save_dir=sweep_dir, name="table2", job_type="aggregate")
+        if run is not None:
+            log_table(run, "table2", table)
+            run.finish()
+    log.info("wrote %s (%d results rows)", sweep_dir / "table2.md", len(rows))
+    return written
+
+
+class AggregateResults(Callback):
+    """`hydra.callbacks.aggregate: {_target_: densex.report.callback.AggregateResults}`."""
+
+    def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        # `now` is cached on the config, so this is the dir the launcher used
+        aggregate_sweep(Path(str(config.hydra.sweep.dir)), config)

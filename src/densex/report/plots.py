@@ -1,0 +1,135 @@
+"""Paper figures: answer recall vs words (Figures 4/7) and recall by entity popularity (Figure 3)."""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from densex.qa.cell import CURVE_FILE, read_curve
+from densex.report.table3 import DATASET_ORDER, GRANULARITY_ORDER, RETRIEVER_ORDER, _name
+from densex.utils.io import DataError, read_jsonl
+from densex.utils.logging import get_logger
+
+log = get_logger(__name__)
+
+COLORS = {"passage": "tab:blue", "sentence": "tab:orange", "proposition": "tab:green"}
+
+
+def _label(value: Any) -> str:
+    if isinstance(value, Mapping):  # a config node rather than its name
+        value = value.get("name", "?")
+    return str(value)
+
+
+def job_labels(job_dir: str | os.PathLike) -> dict[str, str]:
+    """retriever, granularity, dataset of a job, from the last row of its results.jsonl."""
+    path = Path(job_dir) / "results.jsonl"
+    rows = list(read_jsonl(path, required=("granularity",)))
+    if not rows:
+        raise DataError(path, None, None, "no result rows")
+    last = rows[-1]
+    return {k: _label(last.get(k, "?")) for k in ("retriever", "granularity", "dataset")}
+
+
+def _savefig(fig: Any, out_png: Path) -> Path:
+    """Save through a temporary name so a half-written PNG never appears."""
+    out_png.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out_png.with_name(f".{out_png.name}.tmp.png")
+    fig.savefig(tmp, dpi=150, bbox_inches="tight")
+    os.replace(tmp, out_png)
+    return out_png
+
+
+def plot_answer_recall(
+    job_dirs: Iterable[str | os.PathLike], out_png: str | os.PathLike
+) -> Path | None:
+    """One panel per (retriever, dataset), one line per granularity; None without curves.
+
+    Jobs that differ only in budget share a curve (it does not depend on the reader), so
+    the first one found is drawn.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    curves: dict[tuple[str, str], dict[str, tuple[list[int], list[float]]]] = {}
+    for d in job_dirs:
+        if not (Path(d) / CURVE_FILE).exists():
+            continue
+        lab = job_labels(d)
+        panel = curves.setdefault((lab["retriever"], lab["dataset"]), {})
+        panel.setdefault(lab["granularity"], read_curve(Path(d) / CURVE_FILE))
+    if not curves:
+        return None
+    keys = sorted(
+        curves,
+        key=lambda k: (
+            RETRIEVER_ORDER.index(k[0]) if k[0] in RETRIEVER_ORDER else 99,
+            k[0],
+            DATASET_ORDER.index(k[1]) if k[1] in DATASET_ORDER else 99,
+            k[1],
+        ),
+    )
+    ncols = min(len(keys), 3)
+    nrows = math.ceil(len(keys) / ncols)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(4.5 * ncols, 3.4 * nrows), squeeze=False)
+    for ax, key in zip(axes.flat, keys):
+        panel = curves[key]
+        for gran in sorted(panel, key=lambda g: (GRANULARITY_ORDER + [g]).index(g)):
+            words, recall = panel[gran]
+            ax.plot(words, recall, label=_name(gran), color=COLORS.get(gran))
+        for l_words in (100, 500):
+            ax.axvline(l_words, color="grey", linestyle=":", linewidth=0.8)
+        ax.set_title(f"{_name(key[0])} — {_name(key[1])}")
+        ax.set_xlabel("number of retrieved words")
+        ax.set_ylabel("answer recall (%)")
+        ax.grid(alpha=0.3)
+        ax.legend(loc="lower right", fontsize=8)
+    for ax in list(axes.flat)[len(keys) :]:
+        ax.set_visible(False)
+    fig.tight_layout()
+    out = _savefig(fig, Path(out_png))
+    plt.close(fig)
+    return out
+
+
+def plot_popularity(
+    table: Sequence[Mapping[str, Any]], out_png: str | os.PathLike, k: int = 20
+) -> Path:
+    """Recall@k per popularity bucket (x) with one line per granularity (Figure 3)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(5.5, 3.6))
+    grans = sorted(
+        {r["granularity"] for r in table}, key=lambda g: (GRANULARITY_ORDER + [g]).index(g)
+    )
+    for gran in grans:
+        rows = sorted((r for r in table if r["granularity"] == gran), key=lambda r: r["bucket"])
+        ax.plot(
+            [r["label"] for r in rows],
+            [r[f"recall@{k}"] for r in rows],
+            marker="o",
+            label=_name(gran),
+            color=COLORS.get(gran),
+        )
+    counts = {r["label"]: r["n"] for r in table}
+    ax.set_xlabel(
+        "entity popularity (mentions in BM25 top-1000) — questions per bucket: "
+        + ", ".join(f"{lab}: {n}" for lab, n in counts.items()),
+        fontsize=7,
+    )
+    ax.set_ylabel(f"recall@{k} (%)")
+    ax.set_title("EntityQuestions: recall by entity popularity")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    out = _savefig(fig, Path(out_png))
+    plt.close(fig)
+    return out

@@ -1,0 +1,116 @@
+"""Weights & Biases logging for evaluate jobs and sweep tables, driven by `logger=wandb`.
+
+The `logger/wandb.yaml` group config (a Lightning `WandbLogger` spec) is the single source of
+the project/entity/group/tags/offline settings; evaluation has no Lightning trainer, so we pass
+the same settings to `wandb.init` directly. `logger=none` (or `csv`) means no W&B at all, and
+without a login W&B runs offline (or is disabled by WANDB_MODE), so it never needs an account.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+
+def wandb_settings(cfg: DictConfig) -> dict[str, Any] | None:
+    """The `logger.wandb` node as a plain dict, or None when W&B is not selected.
+
+    Values that cannot be resolved here (e.g. `${paths.output_dir}` in a multirun callback,
+    outside any job) come back as None, so the caller's own default applies.
+    """
+    logger = cfg.get("logger")
+    if not logger or "wandb" not in logger:
+        return None
+    node = logger.wandb
+    out: dict[str, Any] = {}
+    for key in node:
+        try:
+            value = node[key]
+        except Exception:  # noqa: BLE001 - an interpolation that only resolves inside a job
+            value = None
+        out[key] = (
+            OmegaConf.to_container(value, resolve=True) if OmegaConf.is_config(value) else value
+        )
+    return out
+
+
+def _logged_in() -> bool:
+    import wandb
+
+    try:
+        return bool(os.environ.get("WANDB_API_KEY") or wandb.api.api_key)
+    except Exception:  # noqa: BLE001 - any failure to find a key means "not logged in"
+        return False
+
+
+def init_run(
+    cfg: DictConfig,
+    *,
+    save_dir: str | os.PathLike | None = None,
+    name: str | None = None,
+    job_type: str | None = None,
+    config: dict[str, Any] | None = None,
+):
+    """Start a W&B run from `cfg.logger.wandb`, or return None when W&B is not selected.
+
+    Offline unless the user is logged in (or the config says `offline: true`); WANDB_MODE
+    still wins, so WANDB_MODE=disabled turns it into a no-op run.
+    """
+    settings = wandb_settings(cfg)
+    if settings is None:
+        return None
+    import wandb
+
+    offline = bool(settings.get("offline")) or not _logged_in()
+    save_dir = str(save_dir or settings.get("save_dir") or ".")
+    os.makedirs(save_dir, exist_ok=True)
+    return wandb.init(
+        project=settings.get("project") or "densex",
+        entity=settings.get("entity"),
+        group=settings.get("group"),
+        name=name or settings.get("name"),
+        tags=list(settings.get("tags") or []),
+        job_type=job_type or settings.get("job_type"),
+        dir=save_dir,
+        mode=os.environ.get("WANDB_MODE") or ("offline" if offline else "online"),
+        config=config,
+        reinit="finish_previous",
+    )
+
+
+def log_cell(
+    run,
+    row: dict[str, Any],
+    samples: Sequence[dict[str, Any]] = (),
+    recall_curve: Sequence[float] = (),
+) -> None:
+    """Log one evaluate job: metrics (summary), sample retrievals (table), recall@k curve."""
+    import wandb
+
+    metrics = {
+        k: v for k, v in row.items() if isinstance(v, (int, float)) and not isinstance(v, bool)
+    }
+    run.log(metrics)
+    run.summary.update(metrics)
+    if samples:
+        cols = list(samples[0])
+        table = wandb.Table(columns=cols, data=[[str(s[c]) for c in cols] for s in samples])
+        run.log({"samples": table})
+    if len(recall_curve):
+        curve = wandb.Table(
+            columns=["k", "recall"], data=[[k + 1, float(r)] for k, r in enumerate(recall_curve)]
+        )
+        run.log({"recall_curve": wandb.plot.line(curve, "k", "recall", title="passage recall@k")})
+
+
+def log_table(run, key: str, table: Sequence[dict[str, Any]]) -> None:
+    """Log a list of flat dict rows (e.g. Table 2) as a W&B table."""
+    import wandb
+
+    if not table:
+        return
+    cols = list(table[0])
+    run.log({key: wandb.Table(columns=cols, data=[[r.get(c) for c in cols] for r in table])})

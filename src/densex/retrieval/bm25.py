@@ -1,0 +1,170 @@
+"""BM25 sparse baseline with bm25s, behind the same `search(queries, n)` as dense searchers.
+
+Lucene scoring with pyserini's defaults (k1=0.9, b=0.4). Like Lucene, a unit that shares no
+term with the query is not a hit: its row is -1, so passage search sees an exhausted list
+instead of arbitrary zero-score units.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import bm25s
+import numpy as np
+from bm25s.tokenization import Tokenizer
+
+from densex.utils.io import DataError, read_json, read_jsonl, write_json, write_manifest
+
+SPARSE_KEYS = (
+    "name",
+    "type",
+    "method",
+    "k1",
+    "b",
+    "stemmer",
+    "stopwords",
+    "lower",
+    "title",
+    "title_sep",
+)
+
+
+def bm25_settings(cfg: Mapping[str, Any] | Any) -> dict[str, Any]:
+    """Validated settings of a `conf/retriever/bm25.yaml` node (unknown keys are an error)."""
+    from densex.retrieval.encoders import _to_dict
+
+    data = {
+        "name": "bm25",
+        "type": "sparse",
+        "method": "lucene",
+        "k1": 0.9,
+        "b": 0.4,
+        "stemmer": None,
+        "stopwords": "en",
+        "lower": True,
+        "title": "prefix",
+        "title_sep": " ",
+    }
+    given = _to_dict(cfg)
+    unknown = sorted(set(given) - set(SPARSE_KEYS))
+    if unknown:
+        raise ValueError(f"retriever {given.get('name')!r}: unknown config keys {unknown}")
+    data.update(given)
+    if data["title"] not in ("prefix", "none"):
+        raise ValueError(f"bm25: title must be prefix or none, got {data['title']!r}")
+    return data
+
+
+def _stemmer(name: str | None):
+    if not name:
+        return None
+    try:
+        import Stemmer
+    except ImportError as e:
+        raise ImportError("bm25 stemmer needs PyStemmer: pip install PyStemmer") from e
+    return Stemmer.Stemmer(name).stemWords
+
+
+def _tokenizer(settings: Mapping[str, Any]) -> Tokenizer:
+    return Tokenizer(
+        lower=settings["lower"],
+        stopwords=settings["stopwords"] or [],
+        stemmer=_stemmer(settings["stemmer"]),
+    )
+
+
+def unit_text(settings: Mapping[str, Any], unit: Mapping[str, Any]) -> str:
+    title = (unit.get("title") or "").strip()
+    if settings["title"] == "prefix" and title:
+        return title + settings["title_sep"] + unit["text"]
+    return unit["text"]
+
+
+class BM25Searcher:
+    """A bm25s index over units; rows are line order of the units file."""
+
+    def __init__(
+        self,
+        model: bm25s.BM25,
+        tokenizer: Tokenizer,
+        unit_ids: Sequence[str],
+        settings: Mapping[str, Any],
+    ) -> None:
+        self.model, self.tokenizer = model, tokenizer
+        self.unit_ids, self.settings = list(unit_ids), dict(settings)
+        self.info: dict[str, Any] = {}
+
+    @property
+    def ntotal(self) -> int:
+        return len(self.unit_ids)
+
+    @classmethod
+    def build(cls, units_path: str | Path, cfg: Mapping[str, Any] | Any) -> BM25Searcher:
+        settings = bm25_settings(cfg)
+        ids, texts = [], []
+        for row in read_jsonl(units_path, required=("id", "text")):
+            ids.append(str(row["id"]))
+            texts.append(unit_text(settings, row))
+        if not ids:
+            raise DataError(units_path, None, None, "no units to index")
+        tok = _tokenizer(settings)
+        corpus = tok.tokenize(texts, return_as="tuple", show_progress=False)
+        model = bm25s.BM25(k1=settings["k1"], b=settings["b"], method=settings["method"])
+        model.index(corpus, show_progress=False)
+        return cls(model, tok, ids, settings)
+
+    def search(self, queries: Sequence[str], n: int) -> tuple[np.ndarray, np.ndarray]:
+        """(scores float32 [nq, n], rows int64 [nq, n]); -1 past the units that match a term."""
+        scores = np.full((len(queries), n), -np.inf, dtype=np.float32)
+        rows = np.full((len(queries), n), -1, dtype=np.int64)
+        k = min(n, self.ntotal)
+        if k <= 0 or not len(queries):
+            return scores, rows
+        q = self.tokenizer.tokenize(list(queries), update_vocab=False, show_progress=False)
+        docs, s = self.model.retrieve(q, k=k, show_progress=False, n_threads=1)
+        hit = s > 0
+        scores[:, :k] = np.where(hit, s, -np.inf)
+        rows[:, :k] = np.where(hit, docs, -1)
+        return scores, rows
+
+    def save(self, out_dir: str | Path, **manifest: Any) -> Path:
+        """Write to a temporary directory, then rename it into place (complete or absent)."""
+        out = Path(out_dir)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+        try:
+            self.model.save(str(tmp), show_progress=False)
+            self.tokenizer.save_vocab(str(tmp))
+            write_json(tmp / "unit_ids.json", self.unit_ids, indent=None)
+            write_manifest(
+                tmp / "manifest.json",
+                kind="bm25",
+                settings=self.settings,
+                ntotal=self.ntotal,
+                **manifest,
+            )
+            if out.exists():  # a concurrent job finished first: keep theirs
+                shutil.rmtree(tmp)
+            else:
+                os.replace(tmp, out)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        return out
+
+    @classmethod
+    def load(cls, index_dir: str | Path) -> BM25Searcher:
+        d = Path(index_dir)
+        man = read_json(d / "manifest.json")
+        if man.get("kind") != "bm25":
+            raise DataError(d / "manifest.json", None, "kind", "not a bm25 index manifest")
+        settings = man["settings"]
+        tok = _tokenizer(settings)
+        tok.load_vocab(str(d))
+        model = bm25s.BM25.load(str(d), show_progress=False)
+        return cls(model, tok, read_json(d / "unit_ids.json"), settings)

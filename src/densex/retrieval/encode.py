@@ -1,0 +1,454 @@
+"""Encode a units file into sharded, resumable embeddings with Lightning `Trainer.predict`.
+
+Rows are cut into shards of fixed global row ranges (`emb-<start>-<end>.npy` + `ids-...json`),
+so the files do not depend on how many processes wrote them. Each shard is written atomically
+once all its rows are encoded; a rerun after a crash skips complete shards. With
+`trainer.devices=N` (ddp_spawn on CPU, ddp on GPUs) rank r encodes pending shards r, r+N, ...
+so no unit is lost or duplicated. Within a shard rows are fed longest-first (less padding), and
+written back in file order.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytorch_lightning as pl
+import torch
+from pytorch_lightning.callbacks import BasePredictionWriter, RichProgressBar
+from rich.progress import ProgressColumn
+from rich.text import Text
+from torch.utils.data import DataLoader, Dataset
+
+from densex.retrieval.encoders import RetrieverSpec, TextEncoder, format_units
+from densex.utils.cache import hash_file
+from densex.utils.io import (
+    DataError,
+    atomic_open,
+    read_json,
+    read_jsonl,
+    write_json,
+    write_manifest,
+)
+from densex.utils.logging import get_logger
+
+log = get_logger(__name__)
+
+
+def shard_stem(start: int, end: int) -> str:
+    return f"{start:010d}-{end:010d}"
+
+
+def plan_shards(n: int, shard_size: int) -> list[tuple[int, int]]:
+    """Global row ranges [start, end) of `shard_size` rows (the last may be shorter)."""
+    if shard_size <= 0:
+        raise ValueError("shard_size must be positive")
+    return [(s, min(s + shard_size, n)) for s in range(0, n, shard_size)]
+
+
+# ----------------------------------------------------------------------------- storage
+
+
+class EmbeddingStore:
+    """A complete embeddings directory: memory-mapped shards, ids and the manifest."""
+
+    def __init__(self, root: Path, manifest: dict[str, Any]) -> None:
+        self.root, self.manifest = root, manifest
+        self._ids: list[str] | None = None
+
+    @classmethod
+    def open(cls, root: str | Path) -> EmbeddingStore:
+        root = Path(root)
+        man = read_json(root / "manifest.json")
+        if not man.get("complete"):
+            raise DataError(root / "manifest.json", None, "complete", "encoding is not complete")
+        for sh in man["shards"]:
+            for key in ("file", "ids"):
+                if not (root / sh[key]).exists():
+                    raise DataError(root / sh[key], None, None, "shard listed in manifest missing")
+        return cls(root, man)
+
+    @property
+    def dim(self) -> int:
+        return int(self.manifest["dim"])
+
+    @property
+    def dtype(self) -> str:
+        return str(self.manifest["dtype"])
+
+    def __len__(self) -> int:
+        return int(self.manifest["count"])
+
+    @property
+    def ids(self) -> list[str]:
+        if self._ids is None:
+            ids: list[str] = []
+            for sh in self.manifest["shards"]:
+                ids.extend(read_json(self.root / sh["ids"]))
+            self._ids = ids
+        return self._ids
+
+    def shard_arrays(self) -> list[tuple[int, np.ndarray]]:
+        """(start row, read-only memmap [rows, dim]) per shard, in row order."""
+        return [
+            (sh["start"], np.load(self.root / sh["file"], mmap_mode="r"))
+            for sh in self.manifest["shards"]
+        ]
+
+    def iter_arrays(self, chunk_rows: int = 65536):
+        """(start row, block) pieces of at most `chunk_rows` rows, never the whole corpus at once."""
+        for start, arr in self.shard_arrays():
+            for s in range(0, len(arr), chunk_rows):
+                yield start + s, arr[s : s + chunk_rows]
+
+    @property
+    def embeddings(self) -> np.ndarray:
+        """All rows: the memmap itself for one shard, an in-memory concatenation otherwise."""
+        arrays = [a for _, a in self.shard_arrays()]
+        if len(arrays) == 1:
+            return arrays[0]
+        if not arrays:
+            return np.zeros((0, self.dim), dtype=self.dtype)
+        return np.concatenate(arrays)
+
+
+def _complete_shards(
+    out: Path, plan: Sequence[tuple[int, int]], dtype: str
+) -> set[tuple[int, int]]:
+    """Shards whose .npy and ids files both exist with the planned number of rows."""
+    done = set()
+    for start, end in plan:
+        stem = shard_stem(start, end)
+        emb, ids = out / f"emb-{stem}.npy", out / f"ids-{stem}.json"
+        if not (emb.exists() and ids.exists()):
+            continue
+        try:
+            arr = np.load(emb, mmap_mode="r")
+            ok = arr.shape[0] == end - start and arr.dtype == np.dtype(dtype)
+            ok = ok and len(read_json(ids)) == end - start
+        except (ValueError, OSError, DataError):
+            ok = False
+        if ok:
+            done.add((start, end))
+        else:
+            log.warning("shard %s is damaged; it will be re-encoded", emb)
+    return done
+
+
+# ----------------------------------------------------------------------------- Lightning parts
+
+
+class UnitsDataset(Dataset):
+    """(row, text) for the rows one process encodes, in the order they are fed to the model."""
+
+    def __init__(self, rows: Sequence[int], texts: Mapping[int, Any]) -> None:
+        self.rows, self.texts = list(rows), texts
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def __getitem__(self, i: int) -> tuple[int, Any]:
+        row = self.rows[i]
+        return row, self.texts[row]
+
+
+class _Collate:
+    """Tokenise a batch in the loader (a class, not a closure, so ddp_spawn can pickle it)."""
+
+    def __init__(self, encoder: TextEncoder) -> None:
+        self.encoder = encoder
+
+    def __call__(self, batch: list[tuple[int, Any]]) -> dict[str, Any]:
+        rows = torch.tensor([r for r, _ in batch], dtype=torch.long)
+        features = dict(self.encoder.tokenize([t for _, t in batch]))
+        features["rows"] = rows
+        return features
+
+
+class UnitsDataModule(pl.LightningDataModule):
+    """Gives rank r the pending shards r, r+world, ...: whole shards, so each is written once."""
+
+    def __init__(
+        self,
+        shards: Sequence[tuple[int, int]],
+        order: Mapping[tuple[int, int], Sequence[int]],
+        texts: Mapping[int, Any],
+        encoder: TextEncoder,
+        batch_size: int,
+    ) -> None:
+        super().__init__()
+        self.shards, self.order, self.texts = list(shards), order, texts
+        self.encoder, self.batch_size = encoder, batch_size
+
+    def predict_dataloader(self) -> DataLoader:
+        rank, world = self.trainer.global_rank, self.trainer.world_size
+        rows = [r for sh in self.shards[rank::world] for r in self.order[sh]]
+        return DataLoader(
+            UnitsDataset(rows, self.texts),
+            batch_size=self.batch_size,
+            shuffle=False,
+            collate_fn=_Collate(self.encoder),
+        )
+
+
+class EncoderModule(pl.LightningModule):
+    """The document encoder under `Trainer.predict`: batch -> {rows, float32 embeddings}."""
+
+    def __init__(self, encoder: TextEncoder) -> None:
+        super().__init__()
+        self.encoder = encoder
+
+    def predict_step(self, batch: dict[str, Any], batch_idx: int) -> dict[str, torch.Tensor]:
+        features = {k: v for k, v in batch.items() if k != "rows"}
+        return {"rows": batch["rows"].cpu(), "embeddings": self.encoder(features).float().cpu()}
+
+
+class EmbeddingShardWriter(BasePredictionWriter):
+    """Collects rows per shard; writes a shard (ids, then .npy, each atomic) once it is full."""
+
+    def __init__(
+        self,
+        out_dir: str | Path,
+        shards: Sequence[tuple[int, int]],
+        ids: Mapping[tuple[int, int], Sequence[str]],
+        dtype: str,
+    ) -> None:
+        super().__init__("batch")
+        self.out_dir, self.shards, self.ids, self.dtype = Path(out_dir), list(shards), ids, dtype
+        self._starts = np.array([s for s, _ in self.shards], dtype=np.int64)
+        self._buffers: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
+        self.shards_written = 0
+
+    def write_on_batch_end(
+        self,
+        trainer: pl.Trainer,
+        pl_module: pl.LightningModule,
+        prediction: dict[str, torch.Tensor],
+        batch_indices: Sequence[int] | None,
+        batch: Any,
+        batch_idx: int,
+        dataloader_idx: int = 0,
+    ) -> None:
+        rows = prediction["rows"].numpy()
+        emb = prediction["embeddings"].numpy()
+        which = np.searchsorted(self._starts, rows, side="right") - 1
+        for w in np.unique(which):
+            shard = self.shards[w]
+            sel = which == w
+            if shard not in self._buffers:
+                n = shard[1] - shard[0]
+                self._buffers[shard] = (
+                    np.zeros((n, emb.shape[1]), dtype=np.float32),
+                    np.zeros(n, dtype=bool),
+                )
+            buf, seen = self._buffers[shard]
+            local = rows[sel] - shard[0]
+            if seen[local].any():
+                raise RuntimeError(f"rows encoded twice in shard {shard}")
+            buf[local], seen[local] = emb[sel], True
+            if seen.all():
+                self._write_shard(shard, buf)
+                del self._buffers[shard]
+
+    def _write_shard(self, shard: tuple[int, int], emb: np.ndarray) -> None:
+        stem = shard_stem(*shard)
+        write_json(self.out_dir / f"ids-{stem}.json", list(self.ids[shard]), indent=None)
+        with atomic_open(self.out_dir / f"emb-{stem}.npy", "wb") as f:
+            np.save(f, emb.astype(self.dtype, copy=False))
+        self.shards_written += 1
+
+
+class _UnitsSpeedColumn(ProgressColumn):
+    def __init__(self, bar: UnitsProgressBar) -> None:
+        super().__init__()
+        self.bar = bar
+
+    def render(self, task: Any) -> Text:
+        return Text(f"{self.bar.units_per_second:,.1f} units/s", style="cyan")
+
+
+class UnitsProgressBar(RichProgressBar):
+    """Lightning's rich bar plus a units/s column (batches/s hides the batch size)."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._units, self._t0 = 0, time.perf_counter()
+
+    @property
+    def units_per_second(self) -> float:
+        return self._units / max(time.perf_counter() - self._t0, 1e-9)
+
+    def configure_columns(self, trainer: pl.Trainer) -> list:
+        return [*super().configure_columns(trainer), _UnitsSpeedColumn(self)]
+
+    def on_predict_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._units, self._t0 = 0, time.perf_counter()
+        super().on_predict_start(trainer, pl_module)
+
+    def on_predict_batch_end(self, trainer, pl_module, outputs, batch, batch_idx, dataloader_idx=0):
+        self._units += len(batch["rows"])
+        super().on_predict_batch_end(trainer, pl_module, outputs, batch, batch_idx, dataloader_idx)
+
+
+def make_trainer(
+    trainer_cfg: Mapping[str, Any] | Any | None, root_dir: Path, callbacks: list
+) -> pl.Trainer:
+    """A predict-only Trainer from a `conf/trainer` node: no logger, no checkpoints, and no
+    distributed sampler (the data module splits whole shards across ranks itself)."""
+    import hydra.utils
+    from omegaconf import DictConfig, OmegaConf
+
+    cfg: dict[str, Any] = {"_target_": "pytorch_lightning.Trainer", "accelerator": "auto"}
+    if isinstance(trainer_cfg, DictConfig):
+        cfg.update(OmegaConf.to_container(trainer_cfg, resolve=False))  # type: ignore[arg-type]
+    elif trainer_cfg:
+        cfg.update(dict(trainer_cfg))
+    cfg.update(
+        default_root_dir=str(root_dir),
+        logger=False,
+        enable_checkpointing=False,
+        use_distributed_sampler=False,
+        enable_model_summary=False,
+    )
+    if cfg.get("enable_progress_bar", True):
+        callbacks = [*callbacks, UnitsProgressBar()]
+    return hydra.utils.instantiate(OmegaConf.create(cfg), callbacks=callbacks, _convert_="all")
+
+
+# ----------------------------------------------------------------------------- entry point
+
+
+def _read_units(path: Path) -> list[dict[str, Any]]:
+    units, seen = [], {}
+    for lineno, row in enumerate(read_jsonl(path, required=("id", "text")), start=1):
+        if not isinstance(row["text"], str):
+            raise DataError(path, lineno, "text", "must be a string")
+        uid = str(row["id"])
+        if uid in seen:
+            raise DataError(path, lineno, "id", f"duplicate id {uid!r} (first on row {seen[uid]})")
+        seen[uid] = lineno
+        units.append(row)
+    if not units:
+        raise DataError(path, None, None, "no units to encode")
+    return units
+
+
+def _length_order(encoder: TextEncoder, texts: Sequence[Any], rows: range) -> list[int]:
+    """Rows of one shard, longest first by token count (stable, so ties keep file order)."""
+    flat = [t if isinstance(t, str) else f"{t[0]} {t[1]}" for t in texts]
+    ids = encoder.tokenizer(
+        flat, add_special_tokens=False, truncation=True, max_length=encoder.max_length
+    )["input_ids"]
+    lengths = np.array([len(x) for x in ids])
+    return [rows[i] for i in np.argsort(-lengths, kind="stable")]
+
+
+def encode_units_to_dir(
+    units_path: str | Path,
+    retriever_cfg: Mapping[str, Any] | Any,
+    out_dir: str | Path,
+    trainer_cfg: Mapping[str, Any] | Any | None = None,
+    shard_size: int = 50_000,
+    dtype: str | None = None,
+) -> EmbeddingStore:
+    """Encode every unit of `units_path` with the retriever's document encoder into `out_dir`.
+
+    Resumes from complete shards; returns the opened `EmbeddingStore`. The directory is bound to
+    one (units file, retriever, shard size, dtype): reusing it for another is a `DataError`.
+    """
+    spec = (
+        retriever_cfg
+        if isinstance(retriever_cfg, RetrieverSpec)
+        else RetrieverSpec.from_cfg(retriever_cfg)
+    )
+    dtype = dtype or spec.dtype
+    units_path, out = Path(units_path), Path(out_dir)
+    units_sha = hash_file(units_path) if units_path.exists() else None
+    if (out / "manifest.json").exists():
+        store = EmbeddingStore.open(out)
+        if store.manifest.get("units_sha256") == units_sha and store.dtype == dtype:
+            return store
+    units = _read_units(units_path)
+    job = {
+        "units_sha256": units_sha,
+        "retriever": spec.cache_fields("doc"),
+        "shard_size": shard_size,
+        "dtype": dtype,
+    }
+    out.mkdir(parents=True, exist_ok=True)
+    job_path = out / "encoding.json"
+    if job_path.exists():
+        previous = read_json(job_path)
+        for key, value in job.items():
+            if previous.get(key) != value:
+                raise DataError(
+                    job_path, None, key, "directory holds another encoding; use a new dir"
+                )
+    else:
+        write_json(job_path, job)
+
+    plan = plan_shards(len(units), shard_size)
+    done = _complete_shards(out, plan, dtype)
+    pending = [sh for sh in plan if sh not in done]
+    t0, world = time.perf_counter(), 1
+    if pending:
+        log.info(
+            "encoding %d units in %d shards with %s (%d shards already done)",
+            sum(e - s for s, e in pending),
+            len(pending),
+            spec.name,
+            len(done),
+        )
+        encoder = TextEncoder(spec.doc_model_or_query, spec, spec.max_length)
+        texts_all = format_units(spec, units)
+        texts: dict[int, Any] = {}
+        order: dict[tuple[int, int], list[int]] = {}
+        ids: dict[tuple[int, int], list[str]] = {}
+        for sh in pending:
+            rows = range(*sh)
+            shard_texts = texts_all[sh[0] : sh[1]]
+            texts.update(zip(rows, shard_texts))
+            order[sh] = _length_order(encoder, shard_texts, rows)
+            ids[sh] = [str(units[r]["id"]) for r in rows]
+        writer = EmbeddingShardWriter(out, pending, ids, dtype)
+        trainer = make_trainer(trainer_cfg, out, [writer])
+        world = trainer.world_size
+        dm = UnitsDataModule(pending, order, texts, encoder, spec.batch_size)
+        trainer.predict(EncoderModule(encoder), datamodule=dm, return_predictions=False)
+    missing = [sh for sh in plan if sh not in _complete_shards(out, plan, dtype)]
+    if missing:
+        raise RuntimeError(f"encoding finished with {len(missing)} shards missing: {missing[:3]}")
+    dim = int(np.load(out / f"emb-{shard_stem(*plan[0])}.npy", mmap_mode="r").shape[1])
+    seconds = time.perf_counter() - t0
+    encoded = sum(e - s for s, e in pending)
+    write_manifest(
+        out / "manifest.json",
+        kind="embeddings",
+        complete=True,
+        model=spec.doc_model_or_query,
+        retriever=spec.cache_fields("doc"),
+        dim=dim,
+        dtype=dtype,
+        count=len(units),
+        units_path=str(units_path.resolve()),
+        units_sha256=units_sha,
+        shard_size=shard_size,
+        shards=[
+            {
+                "file": f"emb-{shard_stem(s, e)}.npy",
+                "ids": f"ids-{shard_stem(s, e)}.json",
+                "start": s,
+                "end": e,
+            }
+            for s, e in plan
+        ],
+        encoded_this_run=encoded,
+        resumed_shards=len(done),
+        processes=world,
+        seconds=round(seconds, 3),
+        units_per_second=round(encoded / seconds, 2) if encoded and seconds > 0 else None,
+    )
+    return EmbeddingStore.open(out)

@@ -1,0 +1,299 @@
+"""Dense retrievers as the paper runs them: checkpoints, pooling, similarity, title handling.
+
+One `RetrieverSpec` (a `conf/retriever/*.yaml`) says everything that changes an embedding, so the
+same spec drives encoding, caching (its fields are part of the cache key) and query encoding.
+`TextEncoder` is the torch module Lightning runs in `Trainer.predict`; `DenseRetriever` pairs a
+query and a document encoder (loaded lazily: a searcher only needs the query side).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from densex.utils.models import resolve_model
+
+POOLINGS = ("cls", "mean", "pooler", "st")
+TITLE_MODES = ("pair", "prefix", "none")
+SIMILARITIES = ("dot", "cos")
+DTYPES = ("float32", "float16")
+# Keys that only change how queries are encoded: left out of the document-embedding cache key.
+QUERY_ONLY_KEYS = ("query_model", "query_max_length", "query_prefix")
+# Keys that change speed, never values: left out of every cache key.
+RUNTIME_KEYS = ("batch_size", "device")
+
+
+@dataclass(frozen=True)
+class RetrieverSpec:
+    """A dense retriever: what to load, how to pool, how to turn a unit into text."""
+
+    name: str
+    query_model: str
+    doc_model: str | None = None  # None: one shared encoder for queries and units
+    type: str = "dense"
+    backend: str = "hf"  # hf | sentence-transformers
+    pooling: str = "cls"  # cls (last_hidden_state[:, 0]) | mean (masked) | pooler | st (ST modules)
+    similarity: str = "dot"  # dot | cos (cos = L2-normalise, then inner product)
+    max_length: int = 256
+    query_max_length: int = 64
+    title: str = "prefix"  # pair: tokenizer(title, text) as DPR | prefix: title+sep+text | none
+    title_sep: str = " "
+    query_prefix: str = ""
+    doc_prefix: str = ""
+    batch_size: int = 64
+    dtype: str = "float32"  # storage dtype of unit embeddings
+    device: str | None = None  # for query encoding / encode_units; None = cuda if available
+
+    def __post_init__(self) -> None:
+        checks = [
+            ("type", self.type, ("dense",)),
+            ("backend", self.backend, ("hf", "sentence-transformers")),
+            ("pooling", self.pooling, POOLINGS),
+            ("similarity", self.similarity, SIMILARITIES),
+            ("title", self.title, TITLE_MODES),
+            ("dtype", self.dtype, DTYPES),
+        ]
+        for field, value, allowed in checks:
+            if value not in allowed:
+                raise ValueError(f"retriever {self.name!r}: {field}={value!r} not in {allowed}")
+        if (self.backend == "sentence-transformers") != (self.pooling == "st"):
+            raise ValueError(
+                f"retriever {self.name!r}: pooling 'st' goes with backend 'sentence-transformers'"
+            )
+
+    @classmethod
+    def from_cfg(cls, cfg: Mapping[str, Any] | Any) -> RetrieverSpec:
+        """From a Hydra node or dict; unknown keys are an error (a typo must not be ignored)."""
+        data = _to_dict(cfg)
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ValueError(f"retriever {data.get('name')!r}: unknown config keys {unknown}")
+        return cls(**data)
+
+    @property
+    def doc_model_or_query(self) -> str:
+        return self.doc_model or self.query_model
+
+    def cache_fields(self, side: str = "doc") -> dict[str, Any]:
+        """The fields that determine document (side='doc') or all embeddings, for cache keys."""
+        data = dataclasses.asdict(self)
+        data["doc_model"] = self.doc_model_or_query
+        drop = RUNTIME_KEYS + (QUERY_ONLY_KEYS if side == "doc" else ())
+        return {k: v for k, v in data.items() if k not in drop}
+
+
+def _to_dict(cfg: Mapping[str, Any] | Any) -> dict[str, Any]:
+    try:
+        from omegaconf import DictConfig, OmegaConf
+
+        if isinstance(cfg, DictConfig):
+            return dict(OmegaConf.to_container(cfg, resolve=True))  # type: ignore[arg-type]
+    except ImportError:  # pragma: no cover - omegaconf ships with hydra
+        pass
+    if dataclasses.is_dataclass(cfg):
+        return dataclasses.asdict(cfg)  # type: ignore[arg-type]
+    return dict(cfg)
+
+
+def _load_hf_model(path: str) -> nn.Module:
+    """AutoModel, except DPR checkpoints whose class (question/context) is in `architectures`.
+
+    AutoModel maps every `dpr` config to DPRQuestionEncoder, which would silently load a context
+    encoder's weights into the wrong module names (random weights); ANCE-multi ships as DPR too.
+    """
+    from transformers import AutoConfig, AutoModel, DPRContextEncoder, DPRQuestionEncoder
+
+    config = AutoConfig.from_pretrained(path)
+    arch = (getattr(config, "architectures", None) or [""])[0]
+    if config.model_type == "dpr":
+        cls = DPRContextEncoder if arch == "DPRContextEncoder" else DPRQuestionEncoder
+        return cls.from_pretrained(path)
+    if config.model_type == "t5":
+        from transformers import T5EncoderModel
+
+        return T5EncoderModel.from_pretrained(path)
+    return AutoModel.from_pretrained(path)
+
+
+def masked_mean(hidden: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Mean of token vectors over real (non-padding) tokens, as Contriever does."""
+    m = mask.unsqueeze(-1).to(hidden.dtype)
+    return (hidden * m).sum(1) / m.sum(1).clamp(min=1e-9)
+
+
+class TextEncoder(nn.Module):
+    """Tokenised batch -> pooled (and, for cosine, L2-normalised) float32 embeddings."""
+
+    def __init__(self, model_path: str, spec: RetrieverSpec, max_length: int) -> None:
+        super().__init__()
+        self.spec, self.max_length = spec, max_length
+        path = resolve_model(model_path)
+        if spec.backend == "sentence-transformers":
+            from sentence_transformers import SentenceTransformer
+
+            self.model: nn.Module = SentenceTransformer(path, device="cpu")
+            self.tokenizer = self.model.tokenizer
+        else:
+            from transformers import AutoTokenizer
+
+            self.model = _load_hf_model(path)
+            self.tokenizer = AutoTokenizer.from_pretrained(path)
+        self.model.eval()
+
+    def tokenize(self, texts: Sequence[str] | Sequence[tuple[str, str]]) -> dict[str, Any]:
+        """Pairs `(title, text)` truncate only the text, as DPR/pyserini encode passages."""
+        texts = list(texts)
+        if self.spec.backend == "sentence-transformers":
+            return self.model.preprocess(
+                texts, processing_kwargs={"text": {"max_length": self.max_length}}
+            )
+        if texts and isinstance(texts[0], tuple):
+            first, second = [t[0] for t in texts], [t[1] for t in texts]
+            return self.tokenizer(
+                first,
+                second,
+                padding=True,
+                truncation="only_second",
+                max_length=self.max_length,
+                return_tensors="pt",
+            )
+        return self.tokenizer(
+            texts, padding=True, truncation=True, max_length=self.max_length, return_tensors="pt"
+        )
+
+    def forward(self, features: Mapping[str, Any]) -> torch.Tensor:
+        pooling = self.spec.pooling
+        if pooling == "st":
+            emb = self.model(dict(features))["sentence_embedding"]
+        else:
+            inputs = {k: v for k, v in features.items() if isinstance(v, torch.Tensor)}
+            out = self.model(**inputs)
+            if pooling == "pooler":
+                emb = out.pooler_output
+            elif pooling == "cls":
+                emb = out.last_hidden_state[:, 0]
+            else:
+                emb = masked_mean(out.last_hidden_state, inputs["attention_mask"])
+        emb = emb.float()
+        if self.spec.similarity == "cos":
+            emb = nn.functional.normalize(emb, p=2, dim=-1)
+        return emb
+
+    @property
+    def dim(self) -> int:
+        if self.spec.backend == "sentence-transformers":
+            return int(self.model.get_sentence_embedding_dimension())
+        cfg = self.model.config
+        return int(
+            getattr(cfg, "projection_dim", 0) or getattr(cfg, "hidden_size", 0) or cfg.d_model
+        )
+
+
+def format_units(spec: RetrieverSpec, units: Sequence[Mapping[str, Any]]) -> list:
+    """Units -> what the document tokenizer takes: strings, or (title, text) pairs for 'pair'."""
+    out: list = []
+    for u in units:
+        title, text = (u.get("title") or "").strip(), u["text"]
+        if spec.title == "pair":
+            out.append((spec.doc_prefix + title, text))
+        elif spec.title == "prefix" and title:
+            out.append(spec.doc_prefix + title + spec.title_sep + text)
+        else:
+            out.append(spec.doc_prefix + text)
+    return out
+
+
+def format_queries(spec: RetrieverSpec, queries: Sequence[str]) -> list[str]:
+    return [spec.query_prefix + q for q in queries]
+
+
+def _default_device() -> str:
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+class DenseRetriever:
+    """Query and document encoders of one retriever; encoders load on first use."""
+
+    def __init__(self, spec: RetrieverSpec) -> None:
+        self.spec = spec
+        self._query: TextEncoder | None = None
+        self._doc: TextEncoder | None = None
+        self.device = torch.device(spec.device or _default_device())
+
+    @property
+    def query_encoder(self) -> TextEncoder:
+        if self._query is None:
+            shared = self.spec.doc_model is None or self.spec.doc_model == self.spec.query_model
+            if shared and self._doc is not None:
+                self._query = _share(self._doc, self.spec.query_max_length)
+            else:
+                self._query = TextEncoder(
+                    self.spec.query_model, self.spec, self.spec.query_max_length
+                )
+            self._query.to(self.device)
+        return self._query
+
+    @property
+    def doc_encoder(self) -> TextEncoder:
+        if self._doc is None:
+            shared = self.spec.doc_model is None or self.spec.doc_model == self.spec.query_model
+            if shared and self._query is not None:
+                self._doc = _share(self._query, self.spec.max_length)
+            else:
+                self._doc = TextEncoder(
+                    self.spec.doc_model_or_query, self.spec, self.spec.max_length
+                )
+            self._doc.to(self.device)
+        return self._doc
+
+    @torch.inference_mode()
+    def _encode(self, encoder: TextEncoder, texts: list, batch_size: int) -> np.ndarray:
+        chunks = []
+        for i in range(0, len(texts), batch_size):
+            feats = encoder.tokenize(texts[i : i + batch_size])
+            feats = {
+                k: v.to(self.device) if isinstance(v, torch.Tensor) else v for k, v in feats.items()
+            }
+            chunks.append(encoder(feats).cpu().numpy())
+        if not chunks:
+            return np.zeros((0, encoder.dim), dtype=np.float32)
+        return np.concatenate(chunks).astype(np.float32, copy=False)
+
+    def encode_queries(self, texts: Sequence[str], batch_size: int | None = None) -> np.ndarray:
+        """Queries -> float32 [n, dim] with the query encoder, prefix and max length."""
+        return self._encode(
+            self.query_encoder, format_queries(self.spec, texts), batch_size or self.spec.batch_size
+        )
+
+    def encode_units(
+        self, units: Sequence[Mapping[str, Any]], batch_size: int | None = None
+    ) -> np.ndarray:
+        """Unit dicts (title, text) -> float32 [n, dim]; in-process (Lightning: see encode.py)."""
+        return self._encode(
+            self.doc_encoder, format_units(self.spec, units), batch_size or self.spec.batch_size
+        )
+
+    @property
+    def dim(self) -> int:
+        return (self._doc or self.query_encoder).dim
+
+
+def _share(other: TextEncoder, max_length: int) -> TextEncoder:
+    """A second view of the same weights with another max length (no second copy in memory)."""
+    enc = TextEncoder.__new__(TextEncoder)
+    nn.Module.__init__(enc)
+    enc.spec, enc.max_length = other.spec, max_length
+    enc.model, enc.tokenizer = other.model, other.tokenizer
+    return enc
+
+
+def build_retriever(retriever_cfg: Mapping[str, Any] | Any) -> DenseRetriever:
+    """A `DenseRetriever` from a `conf/retriever/*.yaml` node (dense retrievers only)."""
+    return DenseRetriever(RetrieverSpec.from_cfg(retriever_cfg))

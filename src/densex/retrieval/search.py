@@ -1,0 +1,126 @@
+"""Passage retrieval over any unit index: a passage scores the max over its units.
+
+The paper (Section 4) retrieves units -- passages, sentences or propositions -- and evaluates
+*passage* recall@k: each unit maps back to the passage it came from, a passage is as good as
+its best unit, and units are fetched until k distinct passages are found. With a top-n unit
+list sorted by score, any passage not yet seen scores at most the n-th unit's score s_n, so
+once k distinct passages score strictly above s_n they are the exact top-k by max-over-units;
+otherwise we double n and search again (only for the queries that still need it) until the
+index is exhausted.
+
+Ties are broken by row id (smaller first) for units and passages. The strict check above makes
+that hold across the fetch boundary too: a passage tied with s_n may own an unfetched unit of
+equal score, so it is never trusted. Results thus do not depend on the order in which an index
+returns equal scores.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+
+
+class Searcher(Protocol):
+    """What `retrieve_passages` needs from a unit index (`densex.retrieval.build.UnitSearcher`)."""
+
+    ntotal: int
+
+    def search(self, queries: list[str], n: int) -> tuple[np.ndarray, np.ndarray]: ...
+
+
+@dataclass
+class Retrieval:
+    """One query's result: ranked passages and the ranked units they were scored from.
+
+    `passage_rows`/`passage_scores` have at most k entries (fewer only if the index has fewer
+    passages); `unit_rows`/`unit_scores` are every unit fetched, best first (they feed QA).
+    """
+
+    passage_rows: np.ndarray  # int64[<=k]
+    passage_scores: np.ndarray  # float32[<=k]
+    unit_rows: np.ndarray  # int64[n]
+    unit_scores: np.ndarray  # float32[n]
+
+    def __len__(self) -> int:
+        return len(self.passage_rows)
+
+
+def rank_units(scores: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Drop empty slots (row -1) and sort by (score desc, row asc): a deterministic order."""
+    keep = rows >= 0
+    scores, rows = scores[keep].astype(np.float32), rows[keep].astype(np.int64)
+    order = np.lexsort((rows, -scores))
+    return scores[order], rows[order]
+
+
+def max_over_units(
+    unit_scores: np.ndarray, unit_rows: np.ndarray, unit_passage_rows: np.ndarray, k: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Top-k passages by the max score of their units among those given (any order).
+
+    Returns `(passage_rows, passage_scores)`, best first, ties broken by passage row.
+    """
+    passages = unit_passage_rows[unit_rows]
+    best: dict[int, float] = {}
+    for p, s in zip(passages.tolist(), unit_scores.tolist()):
+        if p not in best or s > best[p]:
+            best[p] = s
+    if not best:
+        return np.empty(0, np.int64), np.empty(0, np.float32)
+    prow = np.fromiter(best.keys(), dtype=np.int64, count=len(best))
+    pscore = np.fromiter(best.values(), dtype=np.float32, count=len(best))
+    order = np.lexsort((prow, -pscore))[:k]
+    return prow[order], pscore[order]
+
+
+def retrieve_passages(
+    searcher: Searcher,
+    queries: Sequence[str],
+    unit_passage_rows: np.ndarray | Sequence[int],
+    k: int,
+    n_start: int | None = None,
+) -> list[Retrieval]:
+    """Top-k passages per query, scored by max over their retrieved units.
+
+    `unit_passage_rows[u]` is the passage row of unit row `u`. The first search fetches
+    `n_start` units (default k + 1: enough for a passage index, whose k-th passage must score
+    above the last unit fetched); n doubles for the queries without k settled passages until
+    each has them or the whole index has been read. Pass a larger `n_start` (k times units per
+    passage) for fine-grained units to save searches.
+    """
+    if k < 1:
+        raise ValueError(f"k must be >= 1, got {k}")
+    unit_passage_rows = np.asarray(unit_passage_rows, dtype=np.int64)
+    ntotal = int(searcher.ntotal)
+    if ntotal != len(unit_passage_rows):
+        raise ValueError(
+            f"index has {ntotal} units but unit_passage_rows maps {len(unit_passage_rows)}"
+        )
+    queries = list(queries)
+    results: list[Retrieval | None] = [None] * len(queries)
+    pending = list(range(len(queries)))
+    n = max(1, min(n_start or k + 1, ntotal)) if ntotal else 0
+    while pending and n > 0:
+        scores, rows = searcher.search([queries[i] for i in pending], n)
+        still = []
+        for j, qi in enumerate(pending):
+            us, ur = rank_units(np.asarray(scores[j]), np.asarray(rows[j]))
+            prow, pscore = max_over_units(us, ur, unit_passage_rows, k)
+            exhausted = n >= ntotal or len(ur) < n
+            settled = len(prow) >= k and pscore[k - 1] > us[-1]
+            if settled or exhausted:
+                results[qi] = Retrieval(prow, pscore, ur, us)
+            else:
+                still.append(qi)
+        pending = still
+        n = min(2 * n, ntotal)
+    empty = Retrieval(
+        np.empty(0, np.int64),
+        np.empty(0, np.float32),
+        np.empty(0, np.int64),
+        np.empty(0, np.float32),
+    )
+    return [r if r is not None else empty for r in results]

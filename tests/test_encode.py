@@ -1,0 +1,189 @@
+"""Sharded, resumable, multi-process encoding and the cached searcher (load_or_build_searcher)."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from omegaconf import OmegaConf
+
+from densex.retrieval import build as build_mod
+from densex.retrieval.build import load_or_build_searcher
+from densex.retrieval.encode import EmbeddingShardWriter, EmbeddingStore, encode_units_to_dir
+from densex.utils.io import DataError, read_jsonl, write_jsonl
+
+torch.set_num_threads(1)
+
+CPU = {"accelerator": "cpu", "devices": 1, "enable_progress_bar": False}
+
+
+@pytest.fixture(scope="module")
+def units_file(tmp_path_factory, squad_open: Path) -> Path:
+    """The first 40 real squad-open passages as a units file (unit id = passage id)."""
+    rows = [
+        {"id": p["id"], "passage_id": p["id"], "title": p["title"], "text": p["text"]}
+        for _, p in zip(range(40), read_jsonl(squad_open / "passages.jsonl"))
+    ]
+    path = tmp_path_factory.mktemp("units") / "passage.jsonl"
+    write_jsonl(path, rows)
+    return path
+
+
+@pytest.fixture(scope="module")
+def tiny_bert(tmp_path_factory, minilm_path) -> dict:
+    """A tiny random BERT (MiniLM's tokenizer) as a contriever-style retriever config."""
+    from transformers import AutoTokenizer, BertConfig, BertModel
+
+    tok = AutoTokenizer.from_pretrained(minilm_path)
+    torch.manual_seed(0)
+    model = BertModel(BertConfig(vocab_size=tok.vocab_size, hidden_size=32, num_hidden_layers=2,
+                                 num_attention_heads=2, intermediate_size=64,
+                                 max_position_embeddings=128))
+    path = tmp_path_factory.mktemp("tiny_bert")
+    model.save_pretrained(path)
+    tok.save_pretrained(path)
+    return {"name": "tiny", "query_model": str(path), "pooling": "mean", "similarity": "dot",
+            "max_length": 128, "batch_size": 4, "device": "cpu"}
+
+
+@pytest.fixture(scope="module")
+def reference(units_file, tiny_bert, tmp_path_factory) -> EmbeddingStore:
+    return encode_units_to_dir(units_file, tiny_bert, tmp_path_factory.mktemp("ref"), CPU,
+                               shard_size=8)
+
+
+def test_shards_manifest_and_row_order(reference: EmbeddingStore, units_file, tiny_bert) -> None:
+    from densex.retrieval.encoders import build_retriever
+
+    units = list(read_jsonl(units_file))
+    assert reference.ids == [u["id"] for u in units]
+    assert len(reference) == 40 and reference.dim == 32
+    man = reference.manifest
+    assert man["complete"] and man["count"] == 40 and man["dtype"] == "float32"
+    assert [(s["start"], s["end"]) for s in man["shards"]] == [(i, i + 8) for i in range(0, 40, 8)]
+    arr = np.load(reference.root / man["shards"][1]["file"], mmap_mode="r")
+    assert isinstance(arr, np.memmap) and arr.shape == (8, 32)
+    # length-sorted batching, yet rows come back in file order: equal to plain in-order encoding
+    direct = build_retriever(tiny_bert).encode_units(units)
+    np.testing.assert_allclose(reference.embeddings, direct, atol=1e-5)
+    chunks = list(reference.iter_arrays(5))
+    assert [s for s, _ in chunks][:3] == [0, 5, 8]
+    np.testing.assert_array_equal(np.concatenate([c for _, c in chunks]), reference.embeddings)
+
+
+def test_crash_then_resume_equals_uninterrupted(
+    reference, units_file, tiny_bert, tmp_path, monkeypatch
+) -> None:
+    original = EmbeddingShardWriter._write_shard
+
+    def crash_after_two(self, shard, emb):
+        if self.shards_written == 2:
+            raise RuntimeError("simulated crash")
+        original(self, shard, emb)
+
+    monkeypatch.setattr(EmbeddingShardWriter, "_write_shard", crash_after_two)
+    out = tmp_path / "emb"
+    with pytest.raises(RuntimeError, match="simulated crash"):
+        encode_units_to_dir(units_file, tiny_bert, out, CPU, shard_size=8)
+    assert not (out / "manifest.json").exists()
+    assert len(list(out.glob("emb-*.npy"))) == 2
+    assert not list(out.glob(".*tmp"))  # no half-written files left behind
+    with pytest.raises(DataError, match="manifest.json"):
+        EmbeddingStore.open(out)
+
+    monkeypatch.setattr(EmbeddingShardWriter, "_write_shard", original)
+    store = encode_units_to_dir(units_file, tiny_bert, out, CPU, shard_size=8)
+    assert store.manifest["resumed_shards"] == 2 and store.manifest["encoded_this_run"] == 24
+    assert store.ids == reference.ids
+    np.testing.assert_allclose(store.embeddings, reference.embeddings, atol=1e-6)
+
+
+def test_damaged_shard_is_reencoded(reference, units_file, tiny_bert, tmp_path) -> None:
+    out = tmp_path / "emb"
+    encode_units_to_dir(units_file, tiny_bert, out, CPU, shard_size=8)
+    (out / "manifest.json").unlink()
+    victim = out / "emb-0000000016-0000000024.npy"
+    victim.write_bytes(victim.read_bytes()[:100])
+    store = encode_units_to_dir(units_file, tiny_bert, out, CPU, shard_size=8)
+    assert store.manifest["encoded_this_run"] == 8 and store.manifest["resumed_shards"] == 4
+    np.testing.assert_allclose(store.embeddings, reference.embeddings, atol=1e-6)
+
+
+def test_float16_storage(reference, units_file, tiny_bert, tmp_path) -> None:
+    store = encode_units_to_dir(units_file, tiny_bert, tmp_path, CPU, shard_size=16,
+                                dtype="float16")
+    assert store.embeddings.dtype == np.float16 and store.manifest["dtype"] == "float16"
+    np.testing.assert_allclose(store.embeddings.astype(np.float32), reference.embeddings,
+                               rtol=2e-3, atol=2e-3)
+
+
+def test_bad_input_and_reused_dir_fail_with_location(units_file, tiny_bert, tmp_path) -> None:
+    rows = [json.loads(line) for line in units_file.read_text().splitlines()[:3]]
+    rows.append(dict(rows[1]))
+    bad = tmp_path / "dup.jsonl"
+    write_jsonl(bad, rows)
+    with pytest.raises(DataError, match=r"dup.jsonl:4: field 'id': duplicate") as e:
+        encode_units_to_dir(bad, tiny_bert, tmp_path / "x", CPU)
+    assert e.value.line == 4 and e.value.field == "id"
+    missing = tmp_path / "missing.jsonl"
+    missing.write_text('{"id": "a", "text": "x"}\n{"id": "b"}\n')
+    with pytest.raises(DataError, match=r"missing.jsonl:2: field 'text': missing"):
+        encode_units_to_dir(missing, tiny_bert, tmp_path / "y", CPU)
+    # a directory bound to one units file refuses another
+    write_jsonl(tmp_path / "other.jsonl", rows[:2])
+    encode_units_to_dir(tmp_path / "other.jsonl", tiny_bert, tmp_path / "z", CPU, shard_size=1)
+    (tmp_path / "z" / "manifest.json").unlink()
+    with pytest.raises(DataError, match="encoding.json.*units_sha256"):
+        encode_units_to_dir(units_file, tiny_bert, tmp_path / "z", CPU, shard_size=1)
+
+
+@pytest.mark.slow
+def test_two_processes_equal_one(reference, units_file, tiny_bert, tmp_path) -> None:
+    """ddp_spawn over gloo, devices=2: every unit once, same vectors as one process."""
+    t0 = time.perf_counter()
+    ddp = {**CPU, "devices": 2, "strategy": "ddp_spawn"}
+    store = encode_units_to_dir(units_file, tiny_bert, tmp_path, ddp, shard_size=8)
+    assert store.manifest["processes"] == 2
+    assert store.ids == reference.ids
+    np.testing.assert_allclose(store.embeddings, reference.embeddings, atol=1e-6)
+    print(f"2-process encoding took {time.perf_counter() - t0:.1f}s")
+
+
+def test_searcher_is_cached_and_finds_the_unit_itself(
+    units_file, minilm_path, tmp_path, monkeypatch, repo_root
+) -> None:
+    cfg = OmegaConf.load(repo_root / "conf/retriever/minilm.yaml")
+    cfg.device = "cpu"
+    index_cfg = OmegaConf.load(repo_root / "conf/index/flat.yaml")
+    index_cfg.num_shards = 2
+    first = load_or_build_searcher(units_file, cfg, index_cfg, tmp_path, trainer_cfg=CPU)
+    assert first.info["encoded"] and first.info["index_built"]
+    assert first.ntotal == 40 and len(first.unit_ids) == 40
+    units = list(read_jsonl(units_file))
+    queries = [units[i]["title"] + " " + units[i]["text"] for i in (3, 17, 39)]
+    scores, rows = first.search(queries, 5)
+    assert rows[:, 0].tolist() == [3, 17, 39]
+    np.testing.assert_allclose(scores[:, 0], 1.0, atol=1e-4)  # cosine of a text with itself
+    assert (np.diff(scores, axis=1) <= 1e-6).all()
+
+    def no_encoding(*args, **kwargs):
+        raise AssertionError("a cached searcher must not encode")
+
+    monkeypatch.setattr(build_mod, "encode_units_to_dir", no_encoding)
+    monkeypatch.setattr(build_mod, "build_index", no_encoding)
+    second = load_or_build_searcher(units_file, cfg, index_cfg, tmp_path, trainer_cfg=CPU)
+    assert not second.info["encoded"] and not second.info["index_built"]
+    assert second.info["index_dir"] == first.info["index_dir"]
+    s2, r2 = second.search(queries, 50)
+    np.testing.assert_array_equal(r2[:, :5], rows)
+    assert (r2[:, 40:] == -1).all()  # only 40 units
+    # another index setting reuses the embeddings, builds a new index
+    monkeypatch.undo()
+    index_cfg.num_shards = 1
+    third = load_or_build_searcher(units_file, cfg, index_cfg, tmp_path, trainer_cfg=CPU)
+    assert not third.info["encoded"] and third.info["index_built"]
+    assert third.info["embeddings_dir"] == first.info["embeddings_dir"]

@@ -1,0 +1,226 @@
+"""Propositionizer inference through Lightning predict: N passages in -> N rows out, parse
+counts in the manifest, resumable shards, a tiny T5 taught to answer in JSON, bad input."""
+
+from __future__ import annotations
+
+import json
+from itertools import islice
+from pathlib import Path
+
+import pytest
+import torch
+from hydra import compose, initialize_config_dir
+from hydra.core.global_hydra import GlobalHydra
+
+from densex.propositionizer import generate as gen
+from densex.propositionizer.generate import format_source, generate_propositions, manifest_path
+from densex.propositionizer.parse import SentenceSplitter
+from densex.utils.io import DataError
+
+TRAINER = {"accelerator": "cpu", "devices": 1, "enable_progress_bar": False}
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+def _first_passages(squad_open: Path, tmp_path: Path, n: int) -> tuple[Path, list[dict]]:
+    with open(squad_open / "passages.jsonl", encoding="utf-8") as f:
+        rows = [json.loads(line) for line in islice(f, n)]
+    path = tmp_path / "passages.jsonl"
+    path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
+    return path, rows
+
+
+def _cfg(model: Path, **kw) -> dict:
+    return {"type": "model", "model": str(model), "max_new_tokens": 24, "batch_size": 4,
+            "shard_size": 3, "fallback": "sentences", "spacy_model": "", **kw}
+
+
+def _read(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+
+
+def test_random_tiny_t5_every_passage_out_and_fallbacks_counted(tiny_t5, squad_open, tmp_path):
+    passages_path, passages = _first_passages(squad_open, tmp_path, 7)
+    out = generate_propositions(passages_path, _cfg(tiny_t5), tmp_path / "out" / "propositions.jsonl", TRAINER)
+    rows = _read(out)
+    assert [r["id"] for r in rows] == [p["id"] for p in passages]  # N in = N out, in order
+    m = json.loads(manifest_path(out).read_text())
+    assert m["passages"] == 7 and m["type"] == "model" and m["model"] == str(tiny_t5)
+    assert m["parsed_strict"] + m["repaired"] + m["unparseable"] == 7
+    # a random model writes no JSON: every passage falls back to its spaCy sentences
+    assert m["fallback_total"] == sum(m["fallbacks"].values()) == sum(m["fallback_reasons"].values())
+    assert m["fallbacks"] == {"sentences": 7}
+    split = SentenceSplitter("")
+    for row, p in zip(rows, passages):
+        assert row["propositions"] == split(p["text"])
+    assert m["propositions"] == sum(len(r["propositions"]) for r in rows)
+    assert m["shards"] == {"dir": m["shards"]["dir"], "total": 3, "generated": 3, "reused": 0}
+    assert m["settings"]["max_new_tokens"] == 24 and m["settings"]["decoding"] == "greedy"
+
+
+def test_interrupted_run_resumes_at_the_missing_shards(tiny_t5, squad_open, tmp_path, monkeypatch):
+    passages_path, _ = _first_passages(squad_open, tmp_path, 8)  # shards of 3: 3 shards
+    reference = generate_propositions(passages_path, _cfg(tiny_t5), tmp_path / "ref" / "p.jsonl", TRAINER)
+
+    out = tmp_path / "run" / "p.jsonl"
+    real_write = gen.PropositionShardWriter.write_on_batch_end
+
+    def write_then_crash(self, *args, **kwargs):
+        real_write(self, *args, **kwargs)
+        raise RuntimeError("simulated preemption after one shard")
+
+    monkeypatch.setattr(gen.PropositionShardWriter, "write_on_batch_end", write_then_crash)
+    with pytest.raises(RuntimeError, match="preemption"):
+        generate_propositions(passages_path, _cfg(tiny_t5), out, TRAINER)
+    assert not out.exists()
+    (shard0,) = (out.parent / "shards").glob("*/shard-*.jsonl")
+    assert shard0.name == "shard-00000.jsonl"
+    mtime = shard0.stat().st_mtime_ns
+    monkeypatch.setattr(gen.PropositionShardWriter, "write_on_batch_end", real_write)
+
+    generated: list[list[str]] = []
+    real_generate = gen.PropositionGenerator.generate
+
+    def counting_generate(self, sources):
+        generated.append(list(sources))
+        return real_generate(self, sources)
+
+    monkeypatch.setattr(gen.PropositionGenerator, "generate", counting_generate)
+    generate_propositions(passages_path, _cfg(tiny_t5, batch_size=2), out, TRAINER)
+    assert len(generated) == 2 and sum(map(len, generated)) == 5  # shards 1 and 2 only
+    assert shard0.stat().st_mtime_ns == mtime  # the finished shard was not rewritten
+    assert out.read_bytes() == reference.read_bytes()
+    m = json.loads(manifest_path(out).read_text())
+    assert m["shards"]["generated"] == 2 and m["shards"]["reused"] == 1
+
+    generated.clear()  # a third run generates nothing at all
+    generate_propositions(passages_path, _cfg(tiny_t5), out, TRAINER)
+    assert generated == [] and out.read_bytes() == reference.read_bytes()
+
+    # a different generation setting is a different shard set, never a stale reuse
+    generate_propositions(passages_path, _cfg(tiny_t5, max_new_tokens=8), out, TRAINER)
+    assert len(generated) == 3
+
+
+def _teach_json(model_dir: Path, sources: list[str], targets: list[str], out_dir: Path) -> Path:
+    """Overfit the tiny T5 on (source, target) pairs so its greedy outputs are known."""
+    from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(model_dir)
+    model = AutoModelForSeq2SeqLM.from_pretrained(model_dir)
+    enc = tok(sources, return_tensors="pt", padding=True, truncation=True, max_length=512)
+    labels = tok(targets, return_tensors="pt", padding=True).input_ids
+    labels[labels == tok.pad_token_id] = -100
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    torch.manual_seed(0)
+    for _ in range(400):
+        loss = model(**enc, labels=labels).loss
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        if loss.item() < 0.005:
+            break
+    model.save_pretrained(out_dir)
+    tok.save_pretrained(out_dir)
+    return out_dir
+
+
+def test_model_taught_to_write_json(tiny_t5, squad_open, tmp_path):
+    """Real generation yields each parse path: strict JSON, a label to strip, an answer with
+    no list (fallback), and a list cut by max_new_tokens (complete strings kept)."""
+    passages_path, passages = _first_passages(squad_open, tmp_path, 4)
+    with open(squad_open / "propositions.jsonl", encoding="utf-8") as f:
+        teacher = [json.loads(line)["propositions"] for line in islice(f, 4)]
+    short = [min(t, key=len) for t in teacher]
+    targets = [
+        json.dumps([short[0]]),
+        "Output: " + json.dumps([short[1]]),
+        "I do not know.",
+        json.dumps(["The crisis began.", teacher[3][0], teacher[3][1]]),
+    ]
+    model = _teach_json(tiny_t5, [format_source(p) for p in passages], targets, tmp_path / "taught")
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(model)
+    n_tokens = [len(tok(t).input_ids) for t in targets]  # includes </s>
+    limit = max(n_tokens[:3]) + 1
+    assert len(tok('["The crisis began.", "').input_ids) < limit < n_tokens[3] - 5
+
+    out = generate_propositions(
+        passages_path, _cfg(model, max_new_tokens=limit, shard_size=2), tmp_path / "o" / "p.jsonl", TRAINER
+    )
+    rows = _read(out)
+    assert rows[0]["propositions"] == [short[0]]
+    assert rows[1]["propositions"] == [short[1]]
+    assert rows[2]["propositions"] == SentenceSplitter("")(passages[2]["text"])
+    assert rows[3]["propositions"] == ["The crisis began."]
+    m = json.loads(manifest_path(out).read_text())
+    assert (m["parsed_strict"], m["repaired"], m["unparseable"]) == (1, 2, 1)
+    assert m["repairs"] == {"prefix": 1, "truncated": 1}
+    assert m["fallbacks"] == {"sentences": 1} and m["fallback_reasons"] == {"unparseable": 1}
+    assert m["hit_max_new_tokens"] == 1
+
+    # the same outputs with `fallback: passage` re-parse the kept shards; nothing regenerates
+    out2 = generate_propositions(
+        passages_path, _cfg(model, max_new_tokens=limit, shard_size=2, fallback="passage"), out, TRAINER
+    )
+    m2 = json.loads(manifest_path(out2).read_text())
+    assert _read(out2)[2]["propositions"] == [passages[2]["text"]]
+    assert m2["fallbacks"] == {"passage": 1} and m2["shards"]["generated"] == 0
+
+
+def test_bad_passages_fail_with_file_line_field(tiny_t5, tmp_path):
+    good = {"id": "a", "title": "T", "section": "", "text": "A is B."}
+    cases = [
+        ([good, {"id": "b", "title": "T"}], 2, "text"),
+        ([good, {"id": "b", "title": "T", "text": 3}], 2, "text"),
+        ([good, dict(good)], 2, "id"),
+    ]
+    for rows, line, field in cases:
+        path = tmp_path / "bad.jsonl"
+        path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+        with pytest.raises(DataError) as e:
+            generate_propositions(path, _cfg(tiny_t5), tmp_path / "o" / "p.jsonl", TRAINER)
+        assert (e.value.path, e.value.line, e.value.field) == (str(path), line, field)
+    path = tmp_path / "ok.jsonl"
+    path.write_text(json.dumps(good) + "\n")
+    with pytest.raises(ValueError, match="type='file'"):
+        generate_propositions(path, {"type": "file"}, tmp_path / "o" / "p.jsonl")
+    with pytest.raises(ValueError, match="fallback"):
+        generate_propositions(path, _cfg(tiny_t5, fallback="drop"), tmp_path / "o" / "p.jsonl")
+
+
+def test_propositionizer_configs_compose(repo_root, tiny_t5, tmp_path):
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(version_base="1.3", config_dir=str(repo_root / "conf")):
+        large = compose(config_name="propositionizer/flan-t5-large").propositionizer
+        model = compose(
+            config_name="propositionizer/model",
+            overrides=[f"propositionizer.model={tiny_t5}", "propositionizer.max_new_tokens=8"],
+        ).propositionizer
+        teacher = compose(config_name="propositionizer/teacher").propositionizer
+    assert large.type == "model" and large.model == "chentong00/propositionizer-wiki-flan-t5-large"
+    assert large.max_new_tokens == 512 and large.num_beams == 1 and large.fallback == "sentences"
+    assert teacher.type == "teacher" and teacher.api_key_env == "OPENAI_API_KEY"
+    assert teacher.temperature == 0.0 and set(teacher.prices) == {"prompt_per_1m", "completion_per_1m"}
+    path = tmp_path / "p.jsonl"
+    path.write_text(json.dumps({"id": "a", "title": "T", "section": "", "text": "A is B. C is D."}) + "\n")
+    out = generate_propositions(path, model, tmp_path / "o" / "p.jsonl", TRAINER)
+    assert [r["id"] for r in _read(out)] == ["a"]
+
+
+@pytest.mark.slow
+def test_ddp_spawn_two_processes_match_one(tiny_t5, squad_open, tmp_path):
+    """Two CPU processes (ddp_spawn, gloo) split the shards and give the same file as one."""
+    passages_path, _ = _first_passages(squad_open, tmp_path, 10)
+    one = generate_propositions(passages_path, _cfg(tiny_t5), tmp_path / "one" / "p.jsonl", TRAINER)
+    ddp = {**TRAINER, "devices": 2, "strategy": "ddp_spawn"}
+    two = generate_propositions(passages_path, _cfg(tiny_t5), tmp_path / "two" / "p.jsonl", ddp)
+    assert two.read_bytes() == one.read_bytes()
+    assert json.loads(manifest_path(two).read_text())["shards"]["generated"] == 4

@@ -1,0 +1,287 @@
+"""evaluate.py / index.py end to end, as users and other tools call them (subprocesses, overrides).
+
+A small real corpus: the first two SQuAD-open articles (passages + teacher propositions) and a
+sample of their questions, retrieved with the real MiniLM model. One single run checks the
+override contract and DPR-format output; one multirun checks the sweep callback's Table 2.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import regex
+from hydra import compose, initialize_config_dir
+from hydra.core.global_hydra import GlobalHydra
+
+from densex.pipelines.evaluate import load_units, recall_curve
+from densex.utils.io import DataError
+
+ARTICLES = ("1973_oil_crisis", "Amazon_rainforest")
+ENV = {
+    **os.environ,
+    "HF_HUB_OFFLINE": "1",
+    "TRANSFORMERS_OFFLINE": "1",
+    "WANDB_MODE": "disabled",
+    "TOKENIZERS_PARALLELISM": "false",
+    "OMP_NUM_THREADS": "1",
+    "HYDRA_FULL_ERROR": "1",
+}
+
+
+def _evaluate(repo_root: Path, *overrides: str, timeout: int = 600) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, str(repo_root / "evaluate.py"), *overrides]
+    proc = subprocess.run(
+        cmd, cwd=repo_root, env=ENV, capture_output=True, text=True, timeout=timeout
+    )
+    assert proc.returncode == 0, f"{' '.join(cmd)}\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}"
+    return proc
+
+
+@pytest.fixture(scope="module")
+def small(squad_open: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """P, Q, R files of two articles: their 60 passages and propositions, 40 of their questions."""
+    out = tmp_path_factory.mktemp("small")
+    keep = lambda pid: pid.split("#")[0] in ARTICLES  # noqa: E731
+    with open(squad_open / "passages.jsonl") as f:
+        passages = [row for row in map(json.loads, f) if keep(row["id"])]
+    with open(squad_open / "propositions.jsonl") as f:
+        props = [row for row in map(json.loads, f) if keep(row["id"])]
+    squad = json.loads((squad_open / "squad-dev-v1.1.json").read_text())["data"]
+    qids = {
+        q["id"] for a in squad if a["title"] in ARTICLES for p in a["paragraphs"] for q in p["qas"]
+    }
+    with open(squad_open / "questions.jsonl") as f:
+        questions = [row for row in map(json.loads, f) if row["id"] in qids][::5][:40]
+    files = {
+        "P": out / "passages.jsonl",
+        "Q": out / "propositions.jsonl",
+        "R": out / "questions.jsonl",
+    }
+    for key, rows in (("P", passages), ("Q", props), ("R", questions)):
+        files[key].write_text("".join(json.dumps(r) + "\n" for r in rows))
+    files["cache"] = out / "cache"
+    return files
+
+
+def _contract(small: dict[str, Path], granularity: str) -> list[str]:
+    return [
+        "corpus=squad-open",
+        f"corpus.passages={small['P']}",
+        f"corpus.propositions={small['Q']}",
+        "dataset=squad-open",
+        f"dataset.path={small['R']}",
+        "retriever=minilm",
+        f"granularity={granularity}",
+        f"paths.cache_dir={small['cache']}",
+    ]
+
+
+# --- pyserini's evaluate_dpr_retrieval, re-implemented independently -------------------------
+_TOKEN = regex.compile(
+    r"([\p{L}\p{N}\p{M}]+)|([^\p{Z}\p{C}])", flags=regex.IGNORECASE | regex.UNICODE
+)
+
+
+def _tokens(text: str) -> list[str]:
+    import unicodedata
+
+    return [m.group().lower() for m in _TOKEN.finditer(unicodedata.normalize("NFD", text))]
+
+
+def _has_answers(text: str, answers: list[str]) -> bool:
+    words = _tokens(text)
+    for answer in answers:
+        a = _tokens(answer)
+        if any(a == words[i : i + len(a)] for i in range(len(words) - len(a) + 1)):
+            return True
+    return False
+
+
+def pyserini_topk_accuracy(
+    retrieval: list[dict], topk: list[int], trust_flags: bool
+) -> dict[int, float]:
+    """pyserini.eval.evaluate_dpr_retrieval: top-k hit if any of ctxs[:k] has an answer."""
+    accuracy: dict[int, list[int]] = {k: [] for k in topk}
+    max_k = max(topk)
+    for item in retrieval:
+        has_ans_idx = max_k
+        for idx, ctx in enumerate(item["ctxs"][:max_k]):
+            hit = ctx["has_answer"] if trust_flags else _has_answers(ctx["text"], item["answers"])
+            if hit:
+                has_ans_idx = idx
+                break
+        for k in topk:
+            accuracy[k].append(0 if has_ans_idx >= k else 1)
+    return {k: 100.0 * float(np.mean(v)) for k, v in accuracy.items()}
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+def test_evaluate_override_contract(repo_root, small, minilm_path, tmp_path):
+    run_dir = tmp_path / "run"
+    t0 = time.perf_counter()
+    proc = _evaluate(repo_root, *_contract(small, "proposition"), f"hydra.run.dir={run_dir}")
+    wall = time.perf_counter() - t0
+    (row,) = [json.loads(line) for line in (run_dir / "results.jsonl").read_text().splitlines()]
+    assert {
+        k: row[k] for k in ("corpus", "retriever", "granularity", "dataset", "reader", "index")
+    } == {
+        "corpus": "squad-open",
+        "retriever": "minilm",
+        "granularity": "proposition",
+        "dataset": "squad-open",
+        "reader": "none",
+        "index": "flat",
+    }
+    assert row["budget"] == 100 and row["n_questions"] == 40 and row["n_passages"] == 60
+    n_props = sum(
+        len(json.loads(line)["propositions"]) for line in small["Q"].read_text().splitlines()
+    )
+    assert row["n_units"] == n_props
+    assert 0 <= row["recall@1"] <= row["recall@5"] <= row["recall@20"] <= row["recall@100"] == 100.0
+    # MiniLM finds the answer passage among 63 for most SQuAD questions of these two articles
+    assert row["recall@20"] >= 70.0, row
+    assert row["time_total_s"] > 0 and row["time_total_s"] < wall
+
+    retrieval = json.loads((run_dir / "retrieval.json").read_text())
+    assert len(retrieval) == 40
+    questions = [json.loads(line) for line in small["R"].read_text().splitlines()]
+    passage_ids = {json.loads(line)["id"] for line in small["P"].read_text().splitlines()}
+    for item, q in zip(retrieval, questions):
+        assert item["question"] == q["question"] and item["answers"] == q["answers"]
+        ids = [c["id"] for c in item["ctxs"]]
+        assert len(ids) == 60 and set(ids) == passage_ids  # k=100 > 60: every passage, once
+        scores = [c["score"] for c in item["ctxs"]]
+        assert scores == sorted(scores, reverse=True)
+        assert set(item["ctxs"][0]) == {"id", "title", "text", "score", "has_answer"}
+    # the numbers another toolkit computes from our retrieval.json are ours
+    topk = [1, 5, 20, 100]
+    for trust in (True, False):
+        acc = pyserini_topk_accuracy(retrieval, topk, trust_flags=trust)
+        assert acc == pytest.approx({k: row[f"recall@{k}"] for k in topk}), trust
+    curve = list(csv.DictReader((run_dir / "recall_at_k.csv").read_text().splitlines()))
+    assert float(curve[4]["recall"]) == pytest.approx(row["recall@5"])
+    assert (run_dir / "answer_recall_by_words.csv").exists()
+    assert "recall@20" in proc.stdout  # the rich metrics table
+
+
+def test_multirun_writes_table2(repo_root, small, minilm_path, tmp_path):
+    sweep = tmp_path / "sweep"
+    proc = _evaluate(
+        repo_root,
+        "-m",
+        *_contract(small, "passage,sentence"),
+        "topk=[5,20]",
+        f"hydra.sweep.dir={sweep}",
+    )
+    rows = [json.loads((sweep / str(i) / "results.jsonl").read_text()) for i in range(2)]
+    assert [r["granularity"] for r in rows] == ["passage", "sentence"]
+    assert rows[1]["n_units"] > rows[0]["n_units"] == 60
+    md = (sweep / "table2.md").read_text()
+    table = {
+        r["granularity"]: r for r in csv.DictReader((sweep / "table2.csv").read_text().splitlines())
+    }
+    assert set(table) == {"passage", "sentence"}  # no proposition row: no gain row either
+    for r in rows:
+        line = table[r["granularity"]]
+        assert float(line["squad-open R@5"]) == pytest.approx(r["recall@5"], abs=1e-3)
+        assert float(line["Avg R@20"]) == pytest.approx(r["recall@20"], abs=1e-3)
+        assert f"| {r['recall@20']:.1f} |" in md
+    assert "Table 2" in proc.stdout
+    assert (sweep / "answer_recall_by_words.png").exists()
+
+
+def test_index_units_stage_prints_table1(repo_root, small, tmp_path):
+    cmd = [
+        sys.executable,
+        str(repo_root / "index.py"),
+        "corpus=squad-open",
+        f"corpus.passages={small['P']}",
+        f"corpus.propositions={small['Q']}",
+        "stage=units",
+        f"paths.cache_dir={tmp_path}",
+        f"hydra.run.dir={tmp_path / 'run'}",
+    ]
+    proc = subprocess.run(cmd, cwd=repo_root, env=ENV, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (units_dir,) = {p.parent for p in tmp_path.glob("units/squad-open/*/passage.jsonl")}
+    for g in ("passage", "sentence", "proposition"):
+        assert (units_dir / f"{g}.jsonl").stat().st_size > 0
+    assert "# units" in proc.stdout and "Propositions" in proc.stdout
+
+
+def test_load_units_rejects_unknown_passage(tmp_path):
+    (tmp_path / "p.jsonl").write_text('{"id": "a", "text": "x"}\n')
+    (tmp_path / "u.jsonl").write_text(
+        '{"id": "a", "passage_id": "a", "text": "x"}\n{"id": "b::s0", "passage_id": "b", "text": "y"}\n'
+    )
+    with pytest.raises(DataError, match=r"u.jsonl:2: field 'passage_id'"):
+        load_units(tmp_path / "u.jsonl", tmp_path / "p.jsonl")
+    (tmp_path / "u.jsonl").write_text(
+        '{"id": "a::s1", "passage_id": "a", "text": "x"}\n{"id": "a::s0", "passage_id": "a", "text": "y"}\n'
+    )
+    passages, units, rows = load_units(tmp_path / "u.jsonl", tmp_path / "p.jsonl")
+    assert rows.tolist() == [0, 0] and len(passages) == 1 and units[1]["id"] == "a::s0"
+
+
+def test_recall_curve_is_cumulative():
+    hits = np.array([[0, 1, 0], [0, 0, 0], [1, 1, 0], [0, 0, 1]], dtype=bool)
+    assert recall_curve(hits).tolist() == [0.25, 0.5, 0.75]
+
+
+@pytest.mark.parametrize("experiment", ["demo", "table2", "table3"])
+def test_experiment_configs_compose(repo_root, experiment):
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(version_base="1.3", config_dir=str(repo_root / "conf")):
+        cfg = compose("evaluate", overrides=[f"experiment={experiment}"], return_hydra_config=True)
+    params = cfg.hydra.sweeper.params
+    assert params.granularity == "passage,sentence,proposition"
+    assert cfg.hydra.callbacks.aggregate._target_ == "densex.report.callback.AggregateResults"
+    if experiment == "demo":
+        assert cfg.corpus.name == "demo" and cfg.retriever.name == "minilm"
+    else:
+        assert params.retriever == "simcse,contriever,dpr,ance,tasb,gtr"
+        assert params.dataset == "nq,tqa,webq,squad,eq"
+    if experiment == "table3":
+        assert params.budget == "100,500" and cfg.reader.name == "unifiedqa"
+
+
+@pytest.mark.slow
+def test_squad_open_benchmark_minilm(repo_root, squad_open, minilm_path, tmp_path):
+    """The real benchmark: all 7,431 questions, three granularities (several minutes on CPU)."""
+    sweep = tmp_path / "sweep"
+    cache = os.environ.get("DENSEX_CACHE_DIR", str(tmp_path / "cache"))
+    _evaluate(
+        repo_root,
+        "-m",
+        "corpus=squad-open",
+        "dataset=squad-open",
+        "retriever=minilm",
+        "granularity=passage,sentence,proposition",
+        f"paths.cache_dir={cache}",
+        f"hydra.sweep.dir={sweep}",
+        timeout=3600,
+    )
+    rows = {
+        r["granularity"]: r
+        for r in (json.loads((sweep / str(i) / "results.jsonl").read_text()) for i in range(3))
+    }
+    for g, r in rows.items():
+        print(
+            g,
+            {k: r[k] for k in ("recall@5", "recall@20", "n_units", "n_questions", "time_total_s")},
+        )
+        assert r["n_questions"] == 7431 and r["n_passages"] == 2203
+        assert r["recall@5"] > 50.0 and r["recall@20"] > 70.0
+    assert rows["passage"]["n_units"] == 2203 and rows["proposition"]["n_units"] == 17657
+    assert rows["sentence"]["n_units"] > rows["passage"]["n_units"]
+    assert (sweep / "table2.md").exists()

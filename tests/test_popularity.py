@@ -1,0 +1,169 @@
+"""EntityQuestions popularity (Figure 3): templates, BM25 mention counts, buckets, end to end."""
+
+from __future__ import annotations
+
+import csv
+import json
+import subprocess
+import sys
+
+import pytest
+
+from densex.qa.popularity import (
+    TEMPLATES,
+    bm25_popularity,
+    bucket_edges,
+    bucket_index,
+    extract_entity,
+    load_eq_questions,
+    popularity_recall,
+    retrieval_hits,
+    run_popularity,
+)
+from densex.utils.io import DataError
+
+
+@pytest.fixture(scope="module")
+def eq_dir(shared_data):
+    path = shared_data / "qa" / "eq"
+    if not list(path.glob("P*.test.json")):
+        pytest.skip(f"EntityQuestions not found under {path}")
+    return path
+
+
+def test_templates_extract_every_question_of_all_24_relations(eq_dir):
+    rows = load_eq_questions(eq_dir)
+    relations = {r["relation"] for r in rows}
+    assert relations == set(TEMPLATES) and len(relations) == 24
+    assert len(rows) == 22075
+    for r in rows:
+        assert r["entity"], r
+        # putting the entity back into the template gives the question, character for character
+        assert TEMPLATES[r["relation"]].replace("[X]", r["entity"]) == r["question"].strip()
+        # and without knowing the relation the same entity comes out
+        assert extract_entity(r["question"]) == r["entity"]
+
+
+def test_known_extractions():
+    assert extract_entity("Where was Luke Prokopec born?", "P19") == "Luke Prokopec"
+    assert extract_entity("Who is José Ruiz y Blasco's child?") == "José Ruiz y Blasco"
+    assert extract_entity("What is the capital of Marin County?") == "Marin County"
+    assert (
+        extract_entity("Who is the author of Books Do Furnish a Room?") == "Books Do Furnish a Room"
+    )
+    assert extract_entity("Where was Luke born?", "P20") is None  # wrong relation
+    assert extract_entity("How tall is Everest?") is None
+    with pytest.raises(KeyError):
+        extract_entity("Where was X born?", "P999")
+
+
+def test_bm25_popularity_counts_mentions_in_a_hand_made_corpus():
+    passages = [
+        "Luke Prokopec pitched for the Dodgers. Prokopec was born in Blackwood.",
+        "LUKE PROKOPEC and luke prokopec's arm: two mentions of Luke Prokopec, three in all.",
+        "Lukeprokopec is not a mention; neither is Luke alone.",
+        "The Dodgers play in Los Angeles.",
+        "Marin County is in California. The capital of Marin County is San Rafael.",
+    ]
+    pops = bm25_popularity(
+        ["Luke Prokopec", "Marin County", "Nowhere Land", "Luke Prokopec"], passages
+    )
+    assert pops == [4, 2, 0, 4]
+    # top-k: with k=1 only the best BM25 passage is counted
+    assert bm25_popularity(["Luke Prokopec"], passages, k=1)[0] in (1, 3)
+
+
+def test_buckets():
+    assert bucket_edges([0, 3, 45, 1200], "log") == [0.0, 1.0, 10.0, 100.0, 1000.0, 10000.0]
+    edges = bucket_edges([0, 3, 45, 1200], "log")
+    assert [bucket_index(v, edges) for v in (0, 1, 9, 10, 999, 1200)] == [0, 1, 1, 2, 3, 4]
+    q = bucket_edges(list(range(100)), "quantile", n_buckets=4)
+    assert len(q) == 5 and [bucket_index(v, q) for v in (0, 30, 60, 99)] == [0, 1, 2, 3]
+    with pytest.raises(ValueError):
+        bucket_edges([1], "linear")
+
+
+def _retrieval(path, questions, hit_rank):
+    """A DPR-format retrieval.json where question i first has the answer at rank hit_rank[i]."""
+    recs = []
+    for q, r in zip(questions, hit_rank):
+        ctxs = [
+            {"id": str(j), "title": "", "text": "", "score": 1.0, "has_answer": j == r}
+            for j in range(5)
+        ]
+        recs.append({"question": q, "answers": ["x"], "ctxs": ctxs})
+    path.write_text(json.dumps(recs))
+    return path
+
+
+def test_popularity_recall_per_bucket(tmp_path):
+    qs = [{"question": f"Where was E{i} born?", "entity": f"E{i}"} for i in range(4)]
+    hits = {
+        "passage": retrieval_hits(
+            _retrieval(tmp_path / "p.json", [q["question"] for q in qs], [0, 9, 3, 1]), [1, 5]
+        ),
+        "proposition": retrieval_hits(
+            _retrieval(tmp_path / "s.json", [q["question"] for q in qs], [0, 0, 0, 9]), [1, 5]
+        ),
+    }
+    res = popularity_recall(qs, [0, 0, 50, 50], hits, ks=[1, 5], scheme="log")
+    table = {(r["granularity"], r["label"]): r for r in res.table}
+    assert table[("passage", "0")]["recall@1"] == 50.0 and table[("passage", "0")]["n"] == 2
+    assert table[("passage", "10-99")]["recall@5"] == 100.0
+    assert table[("passage", "10-99")]["recall@1"] == 0.0
+    assert table[("proposition", "10-99")]["recall@1"] == 50.0
+    assert table[("passage", "1-9")]["n"] == 0
+
+
+def test_retrieval_json_errors_name_the_field(tmp_path):
+    bad = tmp_path / "r.json"
+    bad.write_text(json.dumps([{"question": "q", "ctxs": [{"id": "1"}]}]))
+    with pytest.raises(DataError, match="has_answer"):
+        retrieval_hits(bad, [1])
+
+
+def test_run_popularity_end_to_end_and_cli(eq_dir, tmp_path, repo_root):
+    data = json.loads((eq_dir / "P19.test.json").read_text())[:3]
+    people = [extract_entity(d["question"], "P19") for d in data]
+    passages = tmp_path / "passages.jsonl"
+    with passages.open("w") as f:
+        for i, text in enumerate(
+            [
+                f"{people[0]} was a pitcher. {people[0]} retired.",
+                f"{people[1]} is a coach.",
+                "Filler text.",
+            ]
+        ):
+            f.write(json.dumps({"id": str(i), "title": "", "section": "", "text": text}) + "\n")
+    retr = _retrieval(tmp_path / "retrieval.json", [d["question"] for d in data], [0, 7, 2])
+    res = run_popularity(passages, eq_dir, {"passage": retr}, tmp_path / "out", ks=[1, 5])
+    assert [q["popularity"] for q in res.questions] == [2, 1, 0]
+    with (tmp_path / "out" / "popularity_recall.csv").open() as f:
+        rows = list(csv.DictReader(f))
+    assert {r["label"]: r["n"] for r in rows} == {"0": "1", "1-9": "2"}
+    assert (tmp_path / "out" / "popularity_recall.png").stat().st_size > 1000
+    manifest = json.loads((tmp_path / "out" / "popularity_manifest.json").read_text())
+    assert manifest["extraction_rate"] == 100.0 and manifest["questions_scored"] == 3
+
+    out = subprocess.run(
+        [
+            sys.executable,
+            str(repo_root / "scripts" / "entity_popularity.py"),
+            "--passages",
+            str(passages),
+            "--eq-dir",
+            str(eq_dir),
+            "--retrieval",
+            f"passage={retr}",
+            "--k",
+            "1",
+            "5",
+            "--out-dir",
+            str(tmp_path / "cli"),
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert "recall@5" in out.stdout
+    assert (tmp_path / "cli" / "question_popularity.csv").exists()

@@ -1,0 +1,149 @@
+"""The reader: UnifiedQA's input format, EM scoring, and a real (tiny) seq2seq model end to end."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from densex.metrics.answers import exact_match
+from densex.qa.cell import qa_metrics
+from densex.qa.reader import Reader, build_reader, unifiedqa_input
+
+CONF = Path(__file__).resolve().parents[1] / "conf"
+
+
+def test_unifiedqa_input_is_their_exact_text_format():
+    q = "Who proclaimed the oil embargo?"
+    c = "The 1973 oil crisis began in October 1973 when\nOAPEC proclaimed an 'oil embargo'."
+    # lower-cased, literal backslash-n separator with a space each side, newline -> space,
+    # outer quotes stripped (UnifiedQA tasks.py: lower + regex "'(.*)'" -> "\1")
+    assert unifiedqa_input(q, c) == (
+        "who proclaimed the oil embargo? \\n the 1973 oil crisis began in october 1973 when "
+        "oapec proclaimed an oil embargo."
+    )
+    assert "\n" not in unifiedqa_input(q, c)
+
+
+def test_template_input_for_other_seq2seq_readers():
+    reader = FixedReader({})
+    reader.input_format = "question: {question} context: {context}"
+    assert reader.format_input("Who?", "Ann.") == "question: Who? context: Ann."  # case kept
+    reader.input_format = "unifiedqa"
+    assert reader.format_input("Who?", "Ann.") == "who? \\n ann."
+
+
+def test_exact_match_known_cases():
+    assert exact_match("The Beatles", ["Beatles"])  # article dropped
+    assert exact_match("  october, 1973. ", ["October 1973"])  # case, punctuation, spaces
+    assert exact_match("OAPEC", ["the Arab states", "OAPEC"])  # any gold answer
+    assert not exact_match("October", ["October 1973"])  # partial is not exact
+    assert not exact_match("", ["1973"])
+
+
+class FixedReader(Reader):
+    """A Reader whose model is a lookup table: tests EM@l bookkeeping without a network."""
+
+    def __init__(self, table: dict[str, str]):  # noqa: D107 - no model to load
+        self.table, self.name, self.model_path, self.input_format = table, "fixed", "-", "unifiedqa"
+        self.seen: list[tuple[str, str]] = []
+
+    def answer(self, questions, contexts):
+        self.seen += list(zip(questions, contexts))
+        return [self.table.get(q, "") for q in questions]
+
+
+def test_qa_metrics_em_on_known_answers(tmp_path):
+    questions = [
+        {"id": "a", "question": "q1", "answers": ["Paris"]},
+        {"id": "b", "question": "q2", "answers": ["the Seine", "Seine river"]},
+        {"id": "c", "question": "q3", "answers": ["1973"]},
+        {"id": "d", "question": "q4", "answers": ["Lyon"]},
+    ]
+    ranked = [["Paris is big"], ["a b c", "d e Seine"], ["x " * 150], ["Lyon"]]
+    reader = FixedReader({"q1": "paris", "q2": "Seine", "q3": "1974", "q4": "Lyon."})
+    m = qa_metrics(questions, ranked, reader, budget=5, max_words=10, out_dir=tmp_path)
+    assert m["em@5"] == 75.0
+    # the reader saw exactly the first 5 words of each ranking
+    assert reader.seen[1] == ("q2", "a b c d e") and reader.seen[2][1] == "x x x x x"
+    preds = [json.loads(line) for line in (tmp_path / "reader_predictions.jsonl").open()]
+    assert [p["em"] for p in preds] == [True, True, False, True]
+    assert [p["answer_in_context"] for p in preds] == [True, False, False, True]
+    assert json.loads((tmp_path / "qa_manifest.json").read_text())["metrics"]["em@5"] == 75.0
+
+
+def test_reader_none_and_missing_model():
+    from omegaconf import OmegaConf
+
+    assert build_reader(None) is None
+    assert build_reader(OmegaConf.create({"name": "none"})) is None
+    with pytest.raises(ValueError, match="reader.model"):
+        build_reader({"name": "local", "model": "???"})
+
+
+def _compose(overrides):
+    from hydra import compose, initialize_config_dir
+
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        return compose(overrides=overrides)
+
+
+def test_reader_configs_compose():
+    for name in ("none", "unifiedqa", "local", "tiny"):
+        cfg = _compose([f"+reader={name}", "+paths=default"])
+        assert cfg.reader.name == name
+    cfg = _compose(["+reader=unifiedqa", "+paths=default"])
+    assert cfg.reader.model == "allenai/unifiedqa-v2-t5-large-1363200"
+    assert cfg.reader.input_format == "unifiedqa"
+
+
+def test_reader_tiny_composes_under_evaluate(tmp_path, monkeypatch):
+    from hydra import compose, initialize_config_dir
+    from hydra.errors import MissingConfigException
+
+    monkeypatch.setenv("DENSEX_CACHE_DIR", str(tmp_path))
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        try:
+            cfg = compose(config_name="evaluate", overrides=["reader=tiny", "budget=100"])
+        except MissingConfigException as e:
+            if "reader" in str(e):
+                raise
+            pytest.skip(f"another group of evaluate.yaml is not written yet: {e}".splitlines()[0])
+    assert cfg.reader._target_ == "densex.qa.reader.tiny_reader"
+    assert cfg.reader.out_dir == f"{tmp_path}/models/tiny-t5-reader"
+
+
+@pytest.fixture(scope="module")
+def tiny_cfg(tmp_path_factory):
+    cache = tmp_path_factory.mktemp("cache")
+    cfg = _compose(["+reader=tiny", "+paths=default", f"paths.cache_dir={cache}"])
+    return cfg.reader
+
+
+def test_tiny_reader_batching_keeps_order(tiny_cfg):
+    reader = build_reader(tiny_cfg)
+    assert isinstance(reader, Reader) and reader.device.type == "cpu"
+    qs = ["who?", "when did the crisis begin?", "what is oil?"]
+    cs = ["a " * 40, "the crisis began in october 1973", "oil"]
+    reader.batch_size = 2  # length sorting + two batches
+    batched = reader.answer(qs, cs)
+    one_by_one = [reader.answer([q], [c])[0] for q, c in zip(qs, cs)]
+    assert batched == one_by_one
+    assert all(isinstance(a, str) for a in batched)
+
+
+def test_qa_metrics_with_tiny_reader_on_squad(tiny_cfg, squad_open, tmp_path):
+    from densex.utils.io import read_jsonl
+
+    passages = [p["text"] for p in read_jsonl(squad_open / "passages.jsonl")][:10]
+    questions = list(read_jsonl(squad_open / "questions.jsonl"))[:12]
+    ranked = [passages[i % 10 :] + passages[: i % 10] for i in range(len(questions))]
+    m = qa_metrics(questions, ranked, tiny_cfg, budget=100, max_words=500, out_dir=tmp_path)
+    assert {"em@100", "answer_recall@100", "answer_recall@500"} <= set(m)
+    assert 0.0 <= m["em@100"] <= 100.0
+    preds = [json.loads(line) for line in (tmp_path / "reader_predictions.jsonl").open()]
+    assert len(preds) == len(questions)
+    assert [p["id"] for p in preds] == [q["id"] for q in questions]
+    manifest = json.loads((tmp_path / "qa_manifest.json").read_text())
+    assert manifest["reader"] == "tiny" and manifest["questions"] == 12

@@ -1,0 +1,172 @@
+"""Table 2 from results rows, the sweep callback on a sweep dir, W&B logging offline."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+
+import pytest
+from omegaconf import OmegaConf
+
+from densex.report.callback import AggregateResults, aggregate_sweep
+from densex.report.table2 import (
+    find_results,
+    load_results,
+    table2_markdown,
+    table2_rows,
+    write_table2,
+)
+from densex.utils.io import DataError
+
+
+def _row(retriever, granularity, dataset, r5, r20, **extra):
+    return {
+        "corpus": "c",
+        "retriever": retriever,
+        "granularity": granularity,
+        "dataset": dataset,
+        "recall@5": r5,
+        "recall@20": r20,
+        **extra,
+    }
+
+
+ROWS = [
+    # given out of paper order on purpose
+    _row("gtr", "proposition", "tqa", 70.0, 80.0),
+    _row("gtr", "passage", "nq", 40.0, 60.0),
+    _row("gtr", "passage", "tqa", 50.0, 70.0),
+    _row("gtr", "proposition", "nq", 50.0, 65.0),
+    _row("dpr", "sentence", "nq", 30.0, 50.0),
+    _row("dpr", "passage", "nq", 20.0, 40.0),
+]  # recall in percent, as evaluate writes it
+
+
+def test_table2_layout_order_average_and_gain():
+    table = table2_rows(ROWS)
+    assert [(r["retriever"], r["granularity"]) for r in table] == [
+        ("dpr", "passage"),
+        ("dpr", "sentence"),
+        ("gtr", "passage"),
+        ("gtr", "proposition"),
+        ("gtr", "gain"),
+    ]
+    assert list(table[0])[2:] == ["nq R@5", "nq R@20", "tqa R@5", "tqa R@20", "Avg R@5", "Avg R@20"]
+    gtr_psg, gtr_prop, gain = table[2], table[3], table[4]
+    assert gtr_psg["Avg R@5"] == pytest.approx(45.0)
+    assert gtr_prop["Avg R@20"] == pytest.approx(72.5)
+    assert gain["nq R@5"] == pytest.approx(10.0) and gain["tqa R@20"] == pytest.approx(10.0)
+    # dpr has no tqa cell: its average is not comparable, so it is left empty
+    assert math.isnan(table[0]["tqa R@5"]) and math.isnan(table[0]["Avg R@20"])
+    md = table2_markdown(table)
+    assert "| gtr | Passage | 40.0 | 60.0 | 50.0 | 70.0 | 45.0 | 65.0 |" in md
+    assert "|  | Δ prop − psg | +10.0 | +5.0 | +20.0 | +10.0 | +15.0 | +7.5 |" in md
+    assert "| NQ R@5 | NQ R@20 | TQA R@5 |" in md
+
+
+def test_table2_averages_repeated_cells_and_rejects_missing_metric():
+    rows = [
+        _row("dpr", "passage", "nq", 20.0, 40.0, budget=100),
+        _row("dpr", "passage", "nq", 40.0, 40.0, budget=500),
+    ]
+    (line,) = table2_rows(rows)
+    assert line["nq R@5"] == pytest.approx(30.0)
+    bad = [{"retriever": "dpr", "granularity": "passage", "dataset": "nq", "recall@5": 10.0}]
+    with pytest.raises(DataError, match="recall@20"):
+        table2_rows(bad)
+
+
+def _write_sweep(root, rows):
+    for i, row in enumerate(rows):
+        d = root / str(i)
+        d.mkdir(parents=True)
+        (d / "results.jsonl").write_text(json.dumps(row) + "\n")
+
+
+def test_find_and_load_results_in_job_order(tmp_path):
+    _write_sweep(tmp_path, ROWS * 2)  # 12 jobs: "10" must sort after "2"
+    paths = find_results(tmp_path)
+    assert [p.parent.name for p in paths] == [str(i) for i in range(12)]
+    rows = load_results(paths)
+    assert rows[11]["job_dir"] == str(tmp_path / "11") and rows[11]["dataset"] == "nq"
+    (tmp_path / "11" / "results.jsonl").write_text('{"retriever": "dpr", "dataset": "nq"}\n')
+    with pytest.raises(DataError, match=r"11/results.jsonl:1: field 'granularity'"):
+        load_results(find_results(tmp_path))
+
+
+def test_write_table2_files(tmp_path):
+    table = write_table2(ROWS, tmp_path)
+    with open(tmp_path / "table2.csv") as f:
+        got = list(csv.DictReader(f))
+    assert len(got) == len(table) == 5
+    assert got[4]["granularity"] == "gain" and float(got[4]["Avg R@5"]) == pytest.approx(15.0)
+    assert float(got[3]["tqa R@5"]) == pytest.approx(70.0)
+    assert (tmp_path / "table2.md").read_text().count("\n| ") == 5 + 1  # header + rows
+
+
+def test_callback_aggregates_a_sweep_dir(tmp_path, capsys):
+    _write_sweep(tmp_path, ROWS)
+    cfg = OmegaConf.create({"hydra": {"sweep": {"dir": str(tmp_path)}}, "logger": {}})
+    AggregateResults().on_multirun_end(config=cfg)
+    md = (tmp_path / "table2.md").read_text()
+    assert "| gtr | Passage | 40.0 |" in md
+    assert "Table 2" in capsys.readouterr().out
+    assert not (tmp_path / "answer_recall_by_words.png").exists()  # no curves in these jobs
+
+
+def test_callback_with_nothing_to_aggregate(tmp_path):
+    assert aggregate_sweep(tmp_path)["rows"] == []
+    assert not (tmp_path / "table2.md").exists()
+
+
+def test_wandb_offline_run_logs_the_cell(tmp_path, monkeypatch):
+    pytest.importorskip("wandb")
+    from densex.report.wandb_log import init_run, log_cell, log_table, wandb_settings
+
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    assert init_run(OmegaConf.create({"logger": {}})) is None  # logger=none: no W&B at all
+    cfg = OmegaConf.create(
+        {
+            "out": str(tmp_path),
+            "logger": {
+                "wandb": {
+                    "project": "densex-test",
+                    "save_dir": "${out}",
+                    "tags": ["t"],
+                    "offline": False,
+                }
+            },
+        }
+    )
+    assert wandb_settings(cfg)["save_dir"] == str(tmp_path)
+    run = init_run(cfg, name="cell", config={"retriever": "minilm"})
+    log_cell(
+        run,
+        {"retriever": "minilm", "recall@5": 0.5, "n_questions": 2},
+        [{"question": "q", "hit": True}],
+        [0.25, 0.5],
+    )
+    log_table(run, "table2", table2_rows(ROWS))
+    run.finish()
+    runs = list((tmp_path / "wandb").glob("offline-run-*"))
+    assert len(runs) == 1 and list(runs[0].glob("*.wandb"))
+
+
+def test_callback_writes_table3_and_plot_when_jobs_have_them(tmp_path):
+    from densex.qa.cell import write_curve
+
+    rows = [
+        _row("gtr", g, "nq", 40.0, 60.0, budget=b, **{f"em@{b}": em})
+        for g, b, em in [("passage", 100, 30.0), ("proposition", 100, 35.0), ("passage", 500, 38.0)]
+    ]
+    _write_sweep(tmp_path, rows)
+    for i in range(3):
+        write_curve(tmp_path / str(i) / "answer_recall_by_words.csv", [0.0, 10.0 * (i + 1), 50.0])
+    out = aggregate_sweep(tmp_path)
+    assert out["table3"] == tmp_path / "table3.md"
+    assert "35.0" in (tmp_path / "table3.md").read_text()
+    assert (tmp_path / "answer_recall_by_words.png").stat().st_size > 1000
+    # the budget sweep repeats the gtr/passage retrieval cell: averaged, not duplicated
+    assert [r["granularity"] for r in out["table2"]] == ["passage", "proposition", "gain"]

@@ -1,0 +1,102 @@
+"""Table 3 (EM@l by retriever x granularity x dataset) and the answer-recall figure."""
+
+from __future__ import annotations
+
+import csv
+import json
+
+import numpy as np
+
+from densex.qa.cell import write_curve
+from densex.report.plots import plot_answer_recall
+from densex.report.table3 import table3_rows, write_table3
+
+
+def _rows():
+    rows = []
+    for r, base in (("gtr", 30.0), ("dpr", 20.0)):
+        for gi, g in enumerate(("proposition", "passage", "sentence")):
+            for d in ("eq", "nq"):
+                for b in (100, 500):
+                    if r == "dpr" and d == "eq" and g == "sentence":
+                        continue  # a missing cell: no average for that row
+                    em = base + gi + (10 if b == 500 else 0) + (1 if d == "nq" else 0)
+                    rows.append(
+                        {
+                            "retriever": r,
+                            "granularity": g,
+                            "dataset": d,
+                            "budget": b,
+                            f"em@{b}": em,
+                            "recall@20": 50.0,
+                        }
+                    )
+    return rows
+
+
+def test_layout_order_and_average():
+    header, body = table3_rows(_rows())
+    assert header == [
+        "retriever",
+        "granularity",
+        "nq/em@100",
+        "nq/em@500",
+        "eq/em@100",
+        "eq/em@500",
+        "avg/em@100",
+        "avg/em@500",
+    ]
+    # paper order: retrievers DPR before GTR, granularities passage, sentence, proposition
+    assert [(b[0], b[1]) for b in body] == [
+        ("dpr", "passage"),
+        ("dpr", "sentence"),
+        ("dpr", "proposition"),
+        ("gtr", "passage"),
+        ("gtr", "sentence"),
+        ("gtr", "proposition"),
+    ]
+    gtr_prop = body[5]
+    assert gtr_prop[2:] == [31.0, 41.0, 30.0, 40.0, 30.5, 40.5]
+    assert body[1][4] is None and body[1][6] is None  # dpr sentence: no EQ, so no average
+
+
+def test_write_table3_files(tmp_path):
+    md = write_table3(_rows(), tmp_path)
+    assert md == tmp_path / "table3.md"
+    text = md.read_text()
+    assert (
+        "| Retriever | Granularity | NQ EM@100 | NQ EM@500 | EQ EM@100 | EQ EM@500 | Avg EM@100 |"
+        in text
+    )
+    assert "| GTR | Passage | 32.0 | 42.0 |" in text  # retriever name once per group
+    assert "|  | Sentence | **33.0** | **43.0** |" in text  # best per retriever and column: bold
+    assert "|  | Sentence | **23.0** | **33.0** | – | – | – | – |" in text  # DPR: no EQ
+    with (tmp_path / "table3.csv").open() as f:
+        rows = list(csv.reader(f))
+    assert rows[0][:3] == ["retriever", "granularity", "nq/em@100"]
+    assert rows[2] == ["dpr", "sentence", "23.0000", "33.0000", "", "", "", ""]
+
+
+def test_no_em_no_table(tmp_path):
+    rows = [{"retriever": "gtr", "granularity": "passage", "dataset": "nq", "recall@20": 1.0}]
+    assert write_table3(rows, tmp_path) is None
+    assert not (tmp_path / "table3.md").exists()
+
+
+def test_plot_answer_recall_from_job_dirs(tmp_path):
+    dirs = []
+    for i, g in enumerate(("passage", "sentence", "proposition", "proposition")):
+        d = tmp_path / str(i)
+        d.mkdir()
+        write_curve(d / "answer_recall_by_words.csv", np.linspace(0, 40 + 5 * i, 501), step=10)
+        row = {
+            "retriever": "gtr",
+            "granularity": g,
+            "dataset": "squad-open",
+            "budget": 100 + 400 * (i == 3),
+        }
+        (d / "results.jsonl").write_text(json.dumps(row) + "\n")
+        dirs.append(d)
+    out = plot_answer_recall(dirs, tmp_path / "fig" / "recall.png")
+    assert out == tmp_path / "fig" / "recall.png" and out.stat().st_size > 5000
+    assert plot_answer_recall([tmp_path / "nothing"], tmp_path / "x.png") is None

@@ -1,0 +1,242 @@
+"""build_units on the real squad-open corpus: counts, ids, caching, Table 1, bad input."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from omegaconf import OmegaConf
+from rich.console import Console
+
+from densex.corpus.readers import read_documents, read_passages
+from densex.corpus.units import (
+    build_units,
+    print_unit_table,
+    unit_stats,
+    units_dir_for,
+    units_key,
+)
+from densex.utils.io import DataError
+
+
+def _corpus_cfg(repo_root: Path, squad_open: Path, **overrides):
+    """conf/corpus/squad-open.yaml resolved against conf/paths, as Hydra composes it."""
+    cfg = OmegaConf.create(
+        {
+            "paths": OmegaConf.load(repo_root / "conf/paths/default.yaml"),
+            "corpus": OmegaConf.load(repo_root / "conf/corpus/squad-open.yaml"),
+        }
+    )
+    cfg.paths.data_dir = str(squad_open.parent)
+    cfg.merge_with_dotlist([f"corpus.{k}={v}" for k, v in overrides.items()])
+    return cfg.corpus
+
+
+def _jsonl(path: Path) -> list[dict]:
+    with path.open(encoding="utf-8") as f:
+        return [json.loads(line) for line in f]
+
+
+@pytest.fixture(scope="module")
+def built(repo_root, squad_open, tmp_path_factory):
+    cfg = _corpus_cfg(repo_root, squad_open)
+    out = units_dir_for(cfg, tmp_path_factory.mktemp("cache"))
+    return cfg, build_units(cfg, out)
+
+
+def test_build_units_on_squad_open(built, squad_open, capsys) -> None:
+    cfg, files = built
+    assert files.counts == {"passage": 2203, "sentence": 7747, "proposition": 17657}
+    passages = _jsonl(files.passages)
+    assert passages == read_passages(squad_open / "passages.jsonl")
+    ids = {p["id"] for p in passages}
+    for gran, tag in (("passage", None), ("sentence", "s"), ("proposition", "p")):
+        units = _jsonl(files[gran])
+        assert len(units) == files.counts[gran]
+        assert {u["passage_id"] for u in units} == ids  # every passage has units
+        assert all(set(u) == {"id", "passage_id", "title", "text"} and u["text"] for u in units)
+        assert len({u["id"] for u in units}) == len(units)
+        if tag:
+            assert units[0]["id"] == f"{passages[0]['id']}::{tag}0"
+    by_passage: dict[str, list[str]] = {}
+    for u in _jsonl(files["sentence"]):
+        by_passage.setdefault(u["passage_id"], []).append(u["text"])
+    squash = lambda t: "".join(t.split())  # noqa: E731
+    for p in passages:  # sentences cover their passage: same characters, in order
+        assert squash("".join(by_passage[p["id"]])) == squash(p["text"])
+
+    manifest = json.loads(files.manifest.read_text())
+    assert manifest["key"] == units_key(cfg)
+    assert manifest["skipped"]["total"] == 0
+    assert set(manifest["inputs"]) == {"passages", "propositions"}
+    assert manifest["config"]["segmentation"]["max_words"] == 100
+
+    rows = unit_stats(files)
+    assert [r["granularity"] for r in rows] == ["passage", "sentence", "proposition"]
+    avg = {r["granularity"]: r["avg_words"] for r in rows}
+    assert avg["passage"] > avg["sentence"] > avg["proposition"] > 5
+    assert avg["proposition"] == pytest.approx(13.8, abs=0.1)  # the data README's figure
+    print_unit_table(rows, title="squad-open units")  # shown with -s; also checked below
+    console = Console(record=True, width=100)
+    print_unit_table(rows, console=console)
+    text = console.export_text()
+    assert "Propositions" in text and "17,657" in text and "Avg. # words" in text
+
+
+def test_build_units_is_cached_and_keyed(built, repo_root, squad_open, tmp_path) -> None:
+    cfg, files = built
+    before = files.manifest.stat().st_mtime_ns
+    again = build_units(cfg, files.out_dir)
+    assert again == files and files.manifest.stat().st_mtime_ns == before  # reused, not redone
+    # inputs change the directory; the same inputs give the same one
+    cache = files.out_dir.parents[2]
+    assert units_dir_for(cfg, cache) == files.out_dir
+    no_props = _corpus_cfg(repo_root, squad_open, propositions="null")
+    assert units_dir_for(no_props, cache) != files.out_dir
+    segmented = _corpus_cfg(repo_root, squad_open, passages="null")
+    shorter = _corpus_cfg(repo_root, squad_open, passages="null", **{"segmentation.max_words": 60})
+    assert units_key(segmented) != units_key(shorter) != units_key(cfg)
+    # a manifest whose key does not match is rebuilt (small corpus: fast)
+    small = {
+        "name": "t",
+        "passages": str(_passages_file(tmp_path)),
+        "segmentation": {"spacy_model": ""},
+    }
+    out = tmp_path / "u"
+    build_units(small, out)
+    assert not (out / "proposition.jsonl").exists()
+    with pytest.raises(KeyError, match="propositions"):
+        build_units(small, out)["proposition"]
+    props = _props_file(tmp_path, GOOD)
+    files2 = build_units(small, out, propositions_path=props)
+    assert files2.counts["proposition"] == 3
+    assert json.loads(files2.manifest.read_text())["key"] == units_key(small, props)
+
+
+def test_segmenting_the_documents_reproduces_the_shared_passages(
+    built, repo_root, squad_open, tmp_path
+) -> None:
+    _, files = built
+    cfg = _corpus_cfg(repo_root, squad_open, passages="null", propositions="null")
+    seg = build_units(cfg, tmp_path / "seg")
+    assert seg.passages.read_bytes() == files.passages.read_bytes()
+    assert seg["sentence"].read_bytes() == files["sentence"].read_bytes()
+    assert "documents" in json.loads(seg.manifest.read_text())["inputs"]
+
+
+def _passages_file(tmp_path: Path, n: int = 3) -> Path:
+    path = tmp_path / "passages.jsonl"
+    rows = [
+        {"id": f"A#0-{i}", "title": "A", "section": "", "text": f"Sentence {i}. Another one {i}."}
+        for i in range(n)
+    ]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def _props_file(tmp_path: Path, rows: list) -> Path:
+    path = tmp_path / "props.jsonl"
+    path.write_text("".join((r if isinstance(r, str) else json.dumps(r)) + "\n" for r in rows))
+    return path
+
+
+GOOD = [{"id": f"A#0-{i}", "propositions": [f"Fact {i}."]} for i in range(3)]
+
+
+@pytest.mark.parametrize(
+    ("rows", "line", "field", "message"),
+    [
+        (GOOD[:2] + [{"id": "B#9-0", "propositions": ["x"]}], 3, "id", "unknown passage id"),
+        (GOOD[:2], None, "id", "has no propositions"),
+        (GOOD[:2] + [{"id": "A#0-2", "propositions": "one string"}], 3, "propositions", "list"),
+        (GOOD[:2] + [{"id": "A#0-2", "propositions": ["ok", " "]}], 3, "propositions[1]", "empty"),
+        (GOOD + [GOOD[0]], 4, "id", "duplicate"),
+        (GOOD[:1] + ['{"id": "A#0-1", "propositions": [}'] + GOOD[2:], 2, None, "invalid JSON"),
+    ],
+)
+def test_bad_propositions_are_located(tmp_path, rows, line, field, message) -> None:
+    cfg = {
+        "name": "t",
+        "passages": str(_passages_file(tmp_path)),
+        "segmentation": {"spacy_model": ""},
+    }
+    props = _props_file(tmp_path, rows)
+    with pytest.raises(DataError, match=message) as err:
+        build_units(cfg, tmp_path / "out", propositions_path=props)
+    assert (err.value.path, err.value.line, err.value.field) == (str(props), line, field)
+    assert not (tmp_path / "out" / "manifest.json").exists()  # nothing half-built looks done
+
+
+def test_skip_mode_counts_into_the_manifest(tmp_path) -> None:
+    rows = [
+        GOOD[0],
+        {"id": "A#0-1", "propositions": ["ok", ""]},
+        {"id": "Z", "propositions": ["x"]},
+    ]
+    cfg = {
+        "name": "t",
+        "passages": str(_passages_file(tmp_path)),
+        "segmentation": {"spacy_model": ""},
+        "on_error": "skip",
+    }
+    files = build_units(cfg, tmp_path / "out", propositions_path=_props_file(tmp_path, rows))
+    skipped = json.loads(files.manifest.read_text())["skipped"]
+    # one empty proposition, one unknown id, one passage (A#0-2) without propositions
+    assert skipped["total"] == 3
+    assert skipped["by_field"] == {"propositions[]": 1, "id": 2}
+    assert files.counts["proposition"] == 2
+
+
+def test_bad_passages_are_located(tmp_path) -> None:
+    path = tmp_path / "passages.jsonl"
+    path.write_text(
+        '{"id": "a", "title": "A", "text": "ok"}\n{"id": "b", "title": "B", "text": ""}\n'
+    )
+    with pytest.raises(DataError) as err:
+        read_passages(path)
+    assert (err.value.line, err.value.field) == (2, "text")
+    path.write_text('{"id": "a", "text": "ok"}\n{"id": "a", "text": "again"}\n')
+    with pytest.raises(DataError, match="duplicate") as err:
+        read_passages(path)
+    assert (err.value.line, err.value.field) == (2, "id")
+    path.write_text('{"title": "A", "text": "ok"}\n')
+    with pytest.raises(DataError) as err:
+        build_units({"name": "t", "passages": str(path)}, tmp_path / "out")
+    assert (err.value.line, err.value.field) == (1, "id")
+
+
+def test_hf_and_jsonl_document_corpora(tmp_path) -> None:
+    datasets = pytest.importorskip("datasets")
+    long_sentence = " ".join(["word"] * 40) + "."
+    article = "\n".join([" ".join([long_sentence] * 3), "Short second paragraph here."])
+    ds = datasets.Dataset.from_dict(
+        {"title": ["Alpha Beta", "Gamma"], "text": [article, "One more paragraph."]}
+    )
+    ds.save_to_disk(str(tmp_path / "wiki"))
+    cfg = {
+        "name": "wiki",
+        "documents": str(tmp_path / "wiki"),
+        "documents_format": "hf",
+        "split": "train",
+        "paragraph_separator": "\n",
+        "passages": None,
+        "segmentation": {"spacy_model": ""},
+    }
+    docs = list(read_documents(cfg))
+    assert [d["id"] for d in docs] == ["Alpha_Beta#0", "Alpha_Beta#1", "Gamma#0"]
+    files = build_units(cfg, tmp_path / "units")
+    passages = _jsonl(files.passages)
+    # 3 x 40 words: chunks of 80 and 40 (< 50: merged back) -> one passage of 120 words
+    assert [p["id"] for p in passages] == ["Alpha_Beta#0-0", "Alpha_Beta#1-0", "Gamma#0-0"]
+    assert len(passages[0]["text"].split()) == 120
+    assert "fingerprints" in json.loads(files.manifest.read_text())["inputs"]["documents"]
+
+    jsonl = tmp_path / "docs.jsonl"
+    jsonl.write_text('{"title": "T", "text": "First."}\n{"title": "T", "text": "  "}\n')
+    with pytest.raises(DataError) as err:
+        list(read_documents({"documents": str(jsonl), "documents_format": "jsonl"}))
+    assert (err.value.path, err.value.line, err.value.field) == (str(jsonl), 2, "text")
+    bad_hf = datasets.Dataset.from_dict({"title": ["x"], "body": ["y"]})
+    with pytest.raises(DataError, match="no such column"):
+        list(read_documents({"documents": bad_hf, "documents_format": "hf", "split": None}))
