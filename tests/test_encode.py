@@ -40,20 +40,35 @@ def tiny_bert(tmp_path_factory, minilm_path) -> dict:
 
     tok = AutoTokenizer.from_pretrained(minilm_path)
     torch.manual_seed(0)
-    model = BertModel(BertConfig(vocab_size=tok.vocab_size, hidden_size=32, num_hidden_layers=2,
-                                 num_attention_heads=2, intermediate_size=64,
-                                 max_position_embeddings=128))
+    model = BertModel(
+        BertConfig(
+            vocab_size=tok.vocab_size,
+            hidden_size=32,
+            num_hidden_layers=2,
+            num_attention_heads=2,
+            intermediate_size=64,
+            max_position_embeddings=128,
+        )
+    )
     path = tmp_path_factory.mktemp("tiny_bert")
     model.save_pretrained(path)
     tok.save_pretrained(path)
-    return {"name": "tiny", "query_model": str(path), "pooling": "mean", "similarity": "dot",
-            "max_length": 128, "batch_size": 4, "device": "cpu"}
+    return {
+        "name": "tiny",
+        "query_model": str(path),
+        "pooling": "mean",
+        "similarity": "dot",
+        "max_length": 128,
+        "batch_size": 4,
+        "device": "cpu",
+    }
 
 
 @pytest.fixture(scope="module")
 def reference(units_file, tiny_bert, tmp_path_factory) -> EmbeddingStore:
-    return encode_units_to_dir(units_file, tiny_bert, tmp_path_factory.mktemp("ref"), CPU,
-                               shard_size=8)
+    return encode_units_to_dir(
+        units_file, tiny_bert, tmp_path_factory.mktemp("ref"), CPU, shard_size=8
+    )
 
 
 def test_shards_manifest_and_row_order(reference: EmbeddingStore, units_file, tiny_bert) -> None:
@@ -114,11 +129,13 @@ def test_damaged_shard_is_reencoded(reference, units_file, tiny_bert, tmp_path) 
 
 
 def test_float16_storage(reference, units_file, tiny_bert, tmp_path) -> None:
-    store = encode_units_to_dir(units_file, tiny_bert, tmp_path, CPU, shard_size=16,
-                                dtype="float16")
+    store = encode_units_to_dir(
+        units_file, tiny_bert, tmp_path, CPU, shard_size=16, dtype="float16"
+    )
     assert store.embeddings.dtype == np.float16 and store.manifest["dtype"] == "float16"
-    np.testing.assert_allclose(store.embeddings.astype(np.float32), reference.embeddings,
-                               rtol=2e-3, atol=2e-3)
+    np.testing.assert_allclose(
+        store.embeddings.astype(np.float32), reference.embeddings, rtol=2e-3, atol=2e-3
+    )
 
 
 def test_bad_input_and_reused_dir_fail_with_location(units_file, tiny_bert, tmp_path) -> None:
@@ -141,7 +158,6 @@ def test_bad_input_and_reused_dir_fail_with_location(units_file, tiny_bert, tmp_
         encode_units_to_dir(units_file, tiny_bert, tmp_path / "z", CPU, shard_size=1)
 
 
-@pytest.mark.slow
 def test_two_processes_equal_one(reference, units_file, tiny_bert, tmp_path) -> None:
     """ddp_spawn over gloo, devices=2: every unit once, same vectors as one process."""
     t0 = time.perf_counter()
@@ -158,6 +174,7 @@ def test_searcher_is_cached_and_finds_the_unit_itself(
 ) -> None:
     cfg = OmegaConf.load(repo_root / "conf/retriever/minilm.yaml")
     cfg.device = "cpu"
+    cfg.query_max_length = cfg.max_length  # queries below are whole passages: no truncation
     index_cfg = OmegaConf.load(repo_root / "conf/index/flat.yaml")
     index_cfg.num_shards = 2
     first = load_or_build_searcher(units_file, cfg, index_cfg, tmp_path, trainer_cfg=CPU)

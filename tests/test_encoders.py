@@ -42,15 +42,27 @@ def tiny_models(tmp_path_factory, minilm_path) -> dict[str, Path]:
 
     tok = AutoTokenizer.from_pretrained(minilm_path)
     root = tmp_path_factory.mktemp("tiny")
-    small = dict(vocab_size=tok.vocab_size, hidden_size=32, num_hidden_layers=2,
-                 num_attention_heads=2, intermediate_size=64, max_position_embeddings=128)
+    small = dict(
+        vocab_size=tok.vocab_size,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=128,
+    )
     builders = {
         "bert": lambda: BertModel(BertConfig(**small)),
         "dpr_q": lambda: DPRQuestionEncoder(DPRConfig(**small)),
         "dpr_c": lambda: DPRContextEncoder(DPRConfig(**small)),
         "distilbert": lambda: DistilBertModel(
-            DistilBertConfig(vocab_size=tok.vocab_size, dim=32, n_layers=2, n_heads=2,
-                             hidden_dim=64, max_position_embeddings=128)
+            DistilBertConfig(
+                vocab_size=tok.vocab_size,
+                dim=32,
+                n_layers=2,
+                n_heads=2,
+                hidden_dim=64,
+                max_position_embeddings=128,
+            )
         ),
     }
     out = {}
@@ -92,17 +104,27 @@ def _tok(path: Path, texts, pair=None, max_length=64):
     from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(path)
-    return tok(texts, pair, padding=True, truncation=True, max_length=max_length, return_tensors="pt")
+    return tok(
+        texts, pair, padding=True, truncation=True, max_length=max_length, return_tensors="pt"
+    )
 
 
 def test_paper_retriever_configs_have_the_paper_checkpoints(repo_root: Path) -> None:
     expected = {
         "simcse": ("princeton-nlp/unsup-simcse-bert-base-uncased", None, "cls", "cos"),
         "contriever": ("facebook/contriever", None, "mean", "dot"),
-        "dpr": ("facebook/dpr-question_encoder-multiset-base",
-                "facebook/dpr-ctx_encoder-multiset-base", "pooler", "dot"),
-        "ance": ("castorini/ance-dpr-question-multi", "castorini/ance-dpr-context-multi",
-                 "pooler", "dot"),
+        "dpr": (
+            "facebook/dpr-question_encoder-multiset-base",
+            "facebook/dpr-ctx_encoder-multiset-base",
+            "pooler",
+            "dot",
+        ),
+        "ance": (
+            "castorini/ance-dpr-question-multi",
+            "castorini/ance-dpr-context-multi",
+            "pooler",
+            "dot",
+        ),
         "tasb": ("sentence-transformers/msmarco-distilbert-base-tas-b", None, "cls", "dot"),
         "gtr": ("sentence-transformers/gtr-t5-base", None, "st", "cos"),
         "minilm": ("packaged:minilm", None, "st", "cos"),
@@ -155,11 +177,15 @@ def test_masked_mean_dot_matches_unpadded_mean(tiny_models) -> None:
     assert texts[0] == "Iliad The Iliad is an ancient Greek epic poem attributed to Homer."
     assert texts[1] == "Short one."
     with torch.no_grad():
-        want = np.stack([
-            model(**tok(t, truncation=True, max_length=64, return_tensors="pt"))
-            .last_hidden_state[0].mean(0).numpy()
-            for t in texts
-        ])
+        want = np.stack(
+            [
+                model(**tok(t, truncation=True, max_length=64, return_tensors="pt"))
+                .last_hidden_state[0]
+                .mean(0)
+                .numpy()
+                for t in texts
+            ]
+        )
     np.testing.assert_allclose(got, want, atol=1e-5)
     assert not np.allclose(np.linalg.norm(got, axis=1), 1.0, atol=1e-3)  # dot: not normalised
 
@@ -193,12 +219,22 @@ def test_distilbert_cls_dot_and_prefixes(tiny_models) -> None:
     from transformers import DistilBertModel
 
     path = tiny_models["distilbert"]
-    r = build_retriever(_cfg("tasb", str(path), pooling="cls", query_prefix="query: ",
-                             doc_prefix="passage: ", title="none"))
+    r = build_retriever(
+        _cfg(
+            "tasb",
+            str(path),
+            pooling="cls",
+            query_prefix="query: ",
+            doc_prefix="passage: ",
+            title="none",
+        )
+    )
     model = DistilBertModel.from_pretrained(path).eval()
     with torch.no_grad():
         want = model(**_tok(path, ["query: " + t for t in TEXTS], max_length=32))
-    np.testing.assert_allclose(r.encode_queries(TEXTS), want.last_hidden_state[:, 0].numpy(), atol=1e-5)
+    np.testing.assert_allclose(
+        r.encode_queries(TEXTS), want.last_hidden_state[:, 0].numpy(), atol=1e-5
+    )
     with torch.no_grad():
         wd = model(**_tok(path, ["passage: " + u["text"] for u in UNITS]))
     np.testing.assert_allclose(r.encode_units(UNITS), wd.last_hidden_state[:, 0].numpy(), atol=1e-5)
@@ -208,8 +244,16 @@ def test_gtr_modules_mean_dense_normalize_by_hand(tiny_gtr) -> None:
     from sentence_transformers import SentenceTransformer
 
     # query_max_length = the module's max_seq_length, so st.encode truncates the same way
-    r = build_retriever(_cfg("gtr", str(tiny_gtr), backend="sentence-transformers",
-                             pooling="st", similarity="cos", query_max_length=64))
+    r = build_retriever(
+        _cfg(
+            "gtr",
+            str(tiny_gtr),
+            backend="sentence-transformers",
+            pooling="st",
+            similarity="cos",
+            query_max_length=64,
+        )
+    )
     got = r.encode_queries(TEXTS)
     st = SentenceTransformer(str(tiny_gtr), device="cpu")
     enc, dense = st[0].auto_model.eval(), st[2]

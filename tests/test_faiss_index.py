@@ -31,8 +31,12 @@ def test_index_configs_compose(repo_root: Path) -> None:
     from hydra import compose, initialize_config_dir
 
     with initialize_config_dir(str(repo_root / "conf"), version_base="1.3"):
-        for name, factory in [("flat", "Flat"), ("hnsw", "HNSW32"), ("ivf", "IVF{nlist},Flat"),
-                              ("ivfpq", "IVF{nlist},PQ64")]:
+        for name, factory in [
+            ("flat", "Flat"),
+            ("hnsw", "HNSW32"),
+            ("ivf", "IVF{nlist},Flat"),
+            ("ivfpq", "IVF{nlist},PQ64"),
+        ]:
             cfg = compose(overrides=[f"+index={name}"])  # the group alone: no other groups needed
             spec = IndexSpec.from_cfg(cfg.index)
             assert (spec.name, spec.factory) == (name, factory)
@@ -78,8 +82,13 @@ def test_fewer_vectors_than_n_pads_with_minus_one() -> None:
 
 def test_hnsw_recall_vs_exact_is_measured_and_high() -> None:
     x = _vectors(4000, 32, 5)
-    spec = {"name": "hnsw", "factory": "HNSW32", "params": {"efSearch": 128},
-            "recall_queries": 300, "recall_k": 10}
+    spec = {
+        "name": "hnsw",
+        "factory": "HNSW32",
+        "params": {"efSearch": 128},
+        "recall_queries": 300,
+        "recall_k": 10,
+    }
     index = build_index(x, spec)
     rec = index.info["recall"]
     assert rec["queries"] == 300 and rec["k"] == 10
@@ -97,8 +106,16 @@ def test_hnsw_recall_vs_exact_is_measured_and_high() -> None:
 
 def test_ivf_with_auto_nlist_trains_and_reports_recall() -> None:
     x = _vectors(3000, 16, 7)
-    index = build_index(x, {"name": "ivf", "factory": "IVF{nlist},Flat", "params": {"nprobe": 8},
-                            "recall_queries": 200, "train_size": 2000})
+    index = build_index(
+        x,
+        {
+            "name": "ivf",
+            "factory": "IVF{nlist},Flat",
+            "params": {"nprobe": 8},
+            "recall_queries": 200,
+            "train_size": 2000,
+        },
+    )
     assert index.info["factory"] == "IVF76,Flat"  # min(4*sqrt(3000)=219, 3000//39=76)
     assert 0.5 < index.info["recall"]["recall"] <= 1.0
     r = measure_recall(index, x, 100, k=5)

@@ -36,10 +36,12 @@ ENV = {
 }
 
 
-def _evaluate(repo_root: Path, *overrides: str, timeout: int = 600) -> subprocess.CompletedProcess:
+def _evaluate(
+    repo_root: Path, *overrides: str, timeout: int = 600, **env: str
+) -> subprocess.CompletedProcess:
     cmd = [sys.executable, str(repo_root / "evaluate.py"), *overrides]
     proc = subprocess.run(
-        cmd, cwd=repo_root, env=ENV, capture_output=True, text=True, timeout=timeout
+        cmd, cwd=repo_root, env={**ENV, **env}, capture_output=True, text=True, timeout=timeout
     )
     assert proc.returncode == 0, f"{' '.join(cmd)}\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}"
     return proc
@@ -129,7 +131,15 @@ def pyserini_topk_accuracy(
 def test_evaluate_override_contract(repo_root, small, minilm_path, tmp_path):
     run_dir = tmp_path / "run"
     t0 = time.perf_counter()
-    proc = _evaluate(repo_root, *_contract(small, "proposition"), f"hydra.run.dir={run_dir}")
+    proc = _evaluate(
+        repo_root,
+        *_contract(small, "proposition"),
+        f"hydra.run.dir={run_dir}",
+        "logger=wandb",
+        "log_samples=3",
+        WANDB_MODE="offline",
+        WANDB_SILENT="true",
+    )
     wall = time.perf_counter() - t0
     (row,) = [json.loads(line) for line in (run_dir / "results.jsonl").read_text().splitlines()]
     assert {
@@ -172,6 +182,9 @@ def test_evaluate_override_contract(repo_root, small, minilm_path, tmp_path):
     assert float(curve[4]["recall"]) == pytest.approx(row["recall@5"])
     assert (run_dir / "answer_recall_by_words.csv").exists()
     assert "recall@20" in proc.stdout  # the rich metrics table
+    # logger=wandb: an offline run (no account needed) beside the results
+    (wandb_run,) = (run_dir / "wandb").glob("offline-run-*")
+    assert list(wandb_run.glob("*.wandb"))
 
 
 def test_multirun_writes_table2(repo_root, small, minilm_path, tmp_path):
@@ -200,23 +213,32 @@ def test_multirun_writes_table2(repo_root, small, minilm_path, tmp_path):
     assert (sweep / "answer_recall_by_words.png").exists()
 
 
-def test_index_units_stage_prints_table1(repo_root, small, tmp_path):
-    cmd = [
-        sys.executable,
-        str(repo_root / "index.py"),
+def test_index_units_stage_prints_table1(repo_root, small, tmp_path, capsys):
+    from densex.pipelines.index import run
+
+    GlobalHydra.instance().clear()
+    overrides = [
         "corpus=squad-open",
         f"corpus.passages={small['P']}",
         f"corpus.propositions={small['Q']}",
         "stage=units",
         f"paths.cache_dir={tmp_path}",
-        f"hydra.run.dir={tmp_path / 'run'}",
     ]
-    proc = subprocess.run(cmd, cwd=repo_root, env=ENV, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    with initialize_config_dir(version_base="1.3", config_dir=str(repo_root / "conf")):
+        cfg = compose("index", overrides=overrides)
+    run(cfg)
     (units_dir,) = {p.parent for p in tmp_path.glob("units/squad-open/*/passage.jsonl")}
-    for g in ("passage", "sentence", "proposition"):
-        assert (units_dir / f"{g}.jsonl").stat().st_size > 0
-    assert "# units" in proc.stdout and "Propositions" in proc.stdout
+    counts = {
+        g: len((units_dir / f"{g}.jsonl").read_text().splitlines())
+        for g in ("passage", "sentence", "proposition")
+    }
+    assert counts["passage"] == 60 and counts["sentence"] > 60
+    assert counts["proposition"] == sum(
+        len(json.loads(line)["propositions"]) for line in small["Q"].read_text().splitlines()
+    )
+    out = capsys.readouterr().out
+    assert "# units" in out and "Propositions" in out and f"{counts['proposition']:,}" in out
+    assert not list(tmp_path.glob("embeddings/**/manifest.json"))  # stage=units stops there
 
 
 def test_load_units_rejects_unknown_passage(tmp_path):
@@ -248,6 +270,7 @@ def test_experiment_configs_compose(repo_root, experiment):
     assert cfg.hydra.callbacks.aggregate._target_ == "densex.report.callback.AggregateResults"
     if experiment == "demo":
         assert cfg.corpus.name == "demo" and cfg.retriever.name == "minilm"
+        assert list(cfg.hydra.callbacks.aggregate.ks) == [1, 5, 20]
     else:
         assert params.retriever == "simcse,contriever,dpr,ance,tasb,gtr"
         assert params.dataset == "nq,tqa,webq,squad,eq"
@@ -285,3 +308,40 @@ def test_squad_open_benchmark_minilm(repo_root, squad_open, minilm_path, tmp_pat
     assert rows["passage"]["n_units"] == 2203 and rows["proposition"]["n_units"] == 17657
     assert rows["sentence"]["n_units"] > rows["passage"]["n_units"]
     assert (sweep / "table2.md").exists()
+
+
+def test_index_generates_propositions_with_a_model(repo_root, small, tiny_t5, tmp_path):
+    """propositionizer=model (a tiny random T5): generated, cached, and used for the units."""
+    from densex.pipelines.index import run
+
+    passages = tmp_path / "p.jsonl"
+    passages.write_text("".join(small["P"].read_text().splitlines(keepends=True)[:3]))
+    GlobalHydra.instance().clear()
+    overrides = [
+        "corpus=squad-open",
+        f"corpus.passages={passages}",
+        "corpus.propositions=null",
+        "stage=propositions",
+        "propositionizer=model",
+        f"propositionizer.model={tiny_t5}",
+        "propositionizer.max_new_tokens=8",
+        "trainer=cpu",
+        "trainer.enable_progress_bar=false",
+        f"paths.cache_dir={tmp_path / 'cache'}",
+        f"paths.output_dir={tmp_path / 'run'}",
+    ]
+    with initialize_config_dir(version_base="1.3", config_dir=str(repo_root / "conf")):
+        cfg = compose("index", overrides=overrides)
+    run(cfg)
+    (props,) = (tmp_path / "cache" / "propositions").rglob("propositions.jsonl")
+    rows = [json.loads(line) for line in props.read_text().splitlines()]
+    assert [r["id"] for r in rows] == [
+        json.loads(line)["id"] for line in passages.read_text().splitlines()
+    ]
+    units = list((tmp_path / "cache" / "units").rglob("proposition.jsonl"))
+    assert len(units) == 1  # only the generated set has proposition units
+    n_units = len(units[0].read_text().splitlines())
+    assert n_units == sum(len(r["propositions"]) for r in rows) > 0
+    mtime = props.stat().st_mtime_ns
+    run(cfg)  # cached: not generated again
+    assert props.stat().st_mtime_ns == mtime

@@ -240,3 +240,25 @@ def test_hf_and_jsonl_document_corpora(tmp_path) -> None:
     bad_hf = datasets.Dataset.from_dict({"title": ["x"], "body": ["y"]})
     with pytest.raises(DataError, match="no such column"):
         list(read_documents({"documents": bad_hf, "documents_format": "hf", "split": None}))
+
+
+def test_corpus_config_composes_with_command_line_overrides(repo_root, squad_open) -> None:
+    from hydra import compose, initialize_config_dir
+
+    with initialize_config_dir(config_dir=str(repo_root / "conf"), version_base="1.3"):
+        cfg = compose(
+            "index",
+            overrides=[
+                "corpus=squad-open",
+                "corpus.passages=null",
+                "corpus.propositions=/elsewhere/props.jsonl",
+                f"paths.data_dir={squad_open.parent}",
+            ],
+        )
+    assert cfg.corpus.name == "squad-open" and cfg.corpus.passages is None
+    assert cfg.corpus.propositions == "/elsewhere/props.jsonl"
+    assert cfg.corpus.documents == str(squad_open / "squad-dev-v1.1.json")
+    assert cfg.corpus.segmentation.max_words == 100 and cfg.corpus.on_error == "raise"
+    # the units directory follows the inputs: a missing propositions file is a located error
+    with pytest.raises(DataError, match="file not found"):
+        units_dir_for(cfg.corpus, "/tmp/unused-cache")

@@ -105,7 +105,7 @@ def read_squad_documents(
 
 
 def _rows_to_documents(
-    rows: Iterable[tuple[int, Mapping[str, Any]]],
+    rows: Iterable[tuple[int | None, Mapping[str, Any]]],
     source: str | os.PathLike,
     title_column: str,
     text_column: str,
@@ -117,13 +117,17 @@ def _rows_to_documents(
     """Map (line, row) pairs to documents; without an id column, ids are `<title>#<k>` with k
     counting that title's paragraphs, the scheme of the SQuAD reader."""
     per_title: Counter[str] = Counter()
+    row_index = 0
     for line, row in rows:
+        # JSONL rows are located by line; dataset rows (line None) by index, as a field prefix
+        where = f"[{row_index}]." if line is None else ""
+        row_index += 1
         if title_column not in row or not isinstance(row[title_column], str):
-            skips(DataError(source, line, title_column, "missing or not a string"))
+            skips(DataError(source, line, where + title_column, "missing or not a string"))
             continue
         text = _text(row.get(text_column))
         if text is None:
-            skips(DataError(source, line, text_column, "missing or empty"))
+            skips(DataError(source, line, where + text_column, "missing or empty"))
             continue
         title = row[title_column].strip()
         section = str(row.get(section_column) or "") if section_column else ""
@@ -135,7 +139,7 @@ def _rows_to_documents(
         base = None
         if id_column:
             if row.get(id_column) in (None, ""):
-                skips(DataError(source, line, id_column, "missing or empty"))
+                skips(DataError(source, line, where + id_column, "missing or empty"))
                 continue
             base = str(row[id_column])
         for k, paragraph in enumerate(paragraphs):
@@ -229,17 +233,18 @@ def read_hf_documents(
     section_column: str | None = None,
     paragraph_separator: str | None = None,
     limit: int | None = None,
+    revision: str | None = None,
     skips: Skips | None = None,
 ) -> Iterator[dict[str, Any]]:
     """Documents from a Hugging Face dataset; errors name the dataset and row index."""
-    ds = load_hf(dataset, name, split)
+    ds = load_hf(dataset, name, split, **({"revision": revision} if revision else {}))
     missing = [c for c in (title_column, text_column) if c not in ds.column_names]
     source = f"{dataset if isinstance(dataset, str) else 'dataset'}[{split}]"
     if missing:
         raise DataError(source, None, missing[0], f"no such column (columns: {ds.column_names})")
     if limit is not None:
         ds = ds.select(range(min(limit, len(ds))))
-    rows = ((i, row) for i, row in enumerate(ds))
+    rows = ((None, row) for row in ds)
     yield from _rows_to_documents(
         rows,
         source,
@@ -280,6 +285,7 @@ def read_documents(corpus_cfg: Mapping[str, Any], skips: Skips | None = None) ->
             split=corpus_cfg.get("split", "train"),
             section_column=corpus_cfg.get("section_column"),
             limit=corpus_cfg.get("limit"),
+            revision=corpus_cfg.get("revision"),
             **cols,
         )
     raise ValueError(f"unknown documents_format {fmt!r} (squad | jsonl | hf)")

@@ -37,7 +37,7 @@ def count_words(text: str) -> int:
     return len(text.split())
 
 
-def sentencizer_id(spacy_model: str = "en_core_web_lg") -> str:
+def sentencizer_id(spacy_model: str | None = "en_core_web_lg") -> str:
     """Which splitter `load_sentencizer(spacy_model)` will give, with its version (a cache key:
     installing the model later must not reuse sentences made by the fallback)."""
     import spacy
@@ -49,11 +49,12 @@ def sentencizer_id(spacy_model: str = "en_core_web_lg") -> str:
 
 
 @lru_cache(maxsize=4)
-def load_sentencizer(spacy_model: str = "en_core_web_lg") -> Language:
+def load_sentencizer(spacy_model: str | None = "en_core_web_lg") -> Language:
     """A spaCy pipeline that sets sentence boundaries.
 
     Falls back (with a warning) to a blank English pipeline with the rule-based `sentencizer`
-    when `spacy_model` is not installed, so tests and the demo run without a 600 MB download.
+    when `spacy_model` is not installed, so tests and the demo run without a 600 MB download;
+    an empty name (or None) asks for the rule-based sentencizer directly, without a warning.
     """
     import spacy
 

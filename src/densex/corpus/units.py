@@ -80,16 +80,25 @@ def _cfg(corpus_cfg: Mapping[str, Any], key: str, default: Any = None) -> Any:
 
 
 def _segmentation(corpus_cfg: Mapping[str, Any]) -> dict[str, Any]:
+    """Segmentation settings with defaults for missing keys (`spacy_model: null` or "" means
+    spaCy's rule-based sentencizer)."""
     seg = dict(_DEFAULT_SEGMENTATION)
-    seg.update(
-        {k: v for k, v in dict(corpus_cfg.get("segmentation") or {}).items() if v is not None}
-    )
+    seg.update(dict(corpus_cfg.get("segmentation") or {}))
     return seg
+
+
+def _hash_input(path: Any) -> str:
+    if not Path(os.path.expanduser(str(path))).is_file():
+        raise DataError(path, None, None, "file not found")
+    return hash_file(os.path.expanduser(str(path)))
 
 
 def _source_fingerprint(src: Any, corpus_cfg: Mapping[str, Any]) -> dict[str, Any]:
     """What identifies a document source: a file's hash, a saved dataset's fingerprint, or the
     hub id/config/split/revision."""
+    fingerprint = getattr(src, "_fingerprint", None)  # an in-memory `datasets.Dataset`
+    if fingerprint is not None:
+        return {"fingerprints": [fingerprint]}
     path = Path(os.path.expanduser(str(src)))
     if path.is_file():
         return {"sha256": hash_file(path)}
@@ -111,7 +120,7 @@ def units_key(
         "on_error": _cfg(corpus_cfg, "on_error", "raise"),
     }
     if corpus_cfg.get("passages"):
-        parts["passages"] = hash_file(corpus_cfg["passages"])
+        parts["passages"] = _hash_input(corpus_cfg["passages"])
     else:
         reader_keys = ("documents_format", "title_column", "text_column", "id_column",
                        "section_column", "paragraph_separator")  # fmt: skip
@@ -119,7 +128,7 @@ def units_key(
         parts["reader"] = {k: corpus_cfg.get(k) for k in reader_keys}
         parts["segmentation"] = {k: seg[k] for k in ("max_words", "min_tail_words")}
     props = propositions_path or corpus_cfg.get("propositions")
-    parts["propositions"] = hash_file(props) if props else None
+    parts["propositions"] = _hash_input(props) if props else None
     return content_key(**parts)
 
 
@@ -235,14 +244,12 @@ def _write_counted(path: Path, rows: Iterable[dict[str, Any]]) -> dict[str, Any]
 
 
 def _to_container(corpus_cfg: Mapping[str, Any]) -> dict[str, Any]:
-    try:
-        from omegaconf import DictConfig, OmegaConf
+    """The resolved corpus config as plain JSON (objects such as a `Dataset` become strings)."""
+    from omegaconf import DictConfig, OmegaConf
 
-        if isinstance(corpus_cfg, DictConfig):
-            return OmegaConf.to_container(corpus_cfg, resolve=True)  # type: ignore[return-value]
-    except ImportError:  # pragma: no cover - omegaconf is a dependency
-        pass
-    return dict(corpus_cfg)
+    if isinstance(corpus_cfg, DictConfig):
+        corpus_cfg = OmegaConf.to_container(corpus_cfg, resolve=True)  # type: ignore[assignment]
+    return json.loads(json.dumps(dict(corpus_cfg), default=str))
 
 
 def _files(out_dir: Path, manifest: dict[str, Any]) -> UnitFiles:
@@ -273,10 +280,13 @@ def build_units(
     manifest_path = out / "manifest.json"
     if manifest_path.exists() and not overwrite:
         manifest = read_json(manifest_path)
-        files = _files(out, manifest)
-        if manifest.get("key") == key and all(p.exists() for p in files.units.values()):
-            log.info("units: reusing %s", out)
-            return files
+        if manifest.get("key") == key and isinstance(manifest.get("units"), dict):
+            files = _files(out, manifest)
+            if files.passages.exists() and all(p.exists() for p in files.units.values()):
+                log.info("units: reusing %s", out)
+                return files
+    # the old manifest goes first: a crash mid-rebuild must not leave files that look complete
+    manifest_path.unlink(missing_ok=True)
     start = time.perf_counter()
     seg = _segmentation(corpus_cfg)
     skips = Skips(_cfg(corpus_cfg, "on_error", "raise"))

@@ -12,7 +12,8 @@ Formats (`dataset.format`):
 - `hf`: a Hugging Face dataset (hub id, `save_to_disk` directory or `Dataset`), with the column
   layouts of nq_open, trivia_qa (answer value + aliases), web_questions and squad.
 
-Formats without ids get `f"{id_prefix}-{index}"` (index from 0 in file order), stable across runs.
+Formats without ids get `f"{id_prefix}-{index}"`: index = line number - 1 for line-based files,
+else the record's position (from 0) — stable across runs and unaffected by skipped records.
 Answers keep their order with exact duplicates removed (no metric depends on duplicates).
 """
 
@@ -269,7 +270,8 @@ def load_questions(
     for i, raw in enumerate(records):
         if collector.full:
             break
-        collector.add(path, raw, i, field)
+        # line-numbered formats index by line, so a skipped line never shifts later ids
+        collector.add(path, raw, raw[0] - 1 if raw[0] is not None else i, field)
     return _done(path, collector.rows, skips)
 
 

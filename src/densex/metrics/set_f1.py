@@ -12,7 +12,8 @@ Here each distinct proposition of a validation run is embedded once with bert-sc
 model, tokenizer and embedding helper, and the pairwise BERTScore of a whole set pair is one
 batched tensor operation on the cached token embeddings, with bert-score's conventions:
 greedy cosine matching over all tokens (special tokens included as match candidates),
-[CLS]/[SEP] weighted 0, other tokens uniform (or idf), optional baseline rescaling.
+[CLS]/[SEP] weighted 0, other tokens uniform (or idf), optional baseline rescaling. Padding
+is masked out of the max, which equals bert-score on each pair alone (see `naive_set_f1`).
 """
 
 from __future__ import annotations
@@ -234,18 +235,18 @@ def _pad(
 def naive_set_f1(
     bert_scorer, predictions: Sequence[Sequence[str]], golds: Sequence[Sequence[str]]
 ) -> list[tuple[float, float, float]]:
-    """Reference implementation: one `BERTScorer.score` call per passage over all its pairs.
+    """Reference implementation: one `BERTScorer.score` call per (pred, gold) pair.
 
     Slow (each proposition is re-encoded for every pair it is in); used by the tests and the
-    benchmark to check the batched scorer.
+    benchmark to check the batched scorer. Pairs are scored alone, not in padded batches:
+    bert-score's batched greedy matching lets padding (cosine 0) win a max when all of a
+    token's real similarities are negative, so its batched scores depend on the batch.
     """
     out = []
     for preds, gold in zip(predictions, golds):
-        if not preds or not gold:
-            out.append(set_scores(torch.zeros(len(preds), len(gold))))
-            continue
-        cands = [p for p in preds for _ in gold]
-        refs = [g for _ in preds for g in gold]
-        _, _, f = bert_scorer.score(cands, refs, batch_size=64)
-        out.append(set_scores(f.view(len(preds), len(gold))))
+        sim = torch.zeros(len(preds), len(gold))
+        for i, p in enumerate(preds):
+            for j, g in enumerate(gold):
+                sim[i, j] = bert_scorer.score([p], [g], batch_size=1)[2].item()
+        out.append(set_scores(sim))
     return out

@@ -199,7 +199,7 @@ def print_metrics(row: dict[str, Any]) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    title = " ".join(f"{k}={row[k]}" for k in ("corpus", "retriever", "granularity", "dataset"))
+    title = " / ".join(str(row[k]) for k in ("retriever", "granularity", "dataset"))
     t = Table(title=title)
     t.add_column("metric")
     t.add_column("value", justify="right")

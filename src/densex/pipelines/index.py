@@ -92,7 +92,9 @@ def run(cfg: DictConfig) -> None:
     searcher = load_or_build_searcher(
         units_path, cfg.retriever, cfg.index, cfg.paths.cache_dir, cfg.get("trainer")
     )
-    log.info("index ready: %d %s units (%s)", searcher.ntotal, cfg.granularity.name, cfg.retriever.name)
+    log.info(
+        "index ready: %d %s units (%s)", searcher.ntotal, cfg.granularity.name, cfg.retriever.name
+    )
     return None
 
 
@@ -103,7 +105,9 @@ def embed_units(cfg: DictConfig, units_path: Path) -> Path | None:
     from densex.retrieval.encoders import RetrieverSpec
 
     if cfg.retriever.get("type", "dense") == "sparse":
-        log.info("retriever %s is sparse: nothing to embed (stage=index builds it)", cfg.retriever.name)
+        log.info(
+            "retriever %s is sparse: nothing to embed (stage=index builds it)", cfg.retriever.name
+        )
         return None
     spec = RetrieverSpec.from_cfg(cfg.retriever)
     emb_dir = embeddings_dir(units_path, spec, cfg.paths.cache_dir)

@@ -140,11 +140,15 @@ class Teacher:
             try:
                 from openai import OpenAI
             except ImportError as e:  # pragma: no cover - depends on extras
-                raise ImportError("propositionizer=teacher needs `pip install 'densex[llm]'`") from e
+                raise ImportError(
+                    "propositionizer=teacher needs `pip install 'densex[llm]'`"
+                ) from e
             if self.api_key_env:
                 key = os.environ.get(self.api_key_env)
                 if not key:
-                    raise TeacherError(f"environment variable {self.api_key_env} is not set (the API key)")
+                    raise TeacherError(
+                        f"environment variable {self.api_key_env} is not set (the API key)"
+                    )
             else:
                 key = "EMPTY"  # local vLLM/TGI servers accept any key
             self._client = OpenAI(

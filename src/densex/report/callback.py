@@ -10,6 +10,7 @@ when rows carry EM, and the answer-recall-vs-words plot. It works the same with 
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -21,15 +22,24 @@ from densex.report.table2 import find_results, load_results, print_table2, write
 log = logging.getLogger(__name__)
 
 
-def aggregate_sweep(sweep_dir: str | Path, config: DictConfig | None = None) -> dict[str, Any]:
-    """Write every table of a sweep dir; return what was written (paths, the table rows)."""
+def aggregate_sweep(
+    sweep_dir: str | Path, config: DictConfig | None = None, ks: Sequence[int] = (5, 20)
+) -> dict[str, Any]:
+    """Write every table of a sweep dir; return what was written (paths, the table rows).
+
+    `ks` are Table 2's recall cut-offs (the paper's 5 and 20).
+    """
     sweep_dir = Path(sweep_dir)
     paths = find_results(sweep_dir)
     if not paths:
         log.warning("no results.jsonl under %s: nothing to aggregate", sweep_dir)
         return {"rows": [], "table2": []}
     rows = load_results(paths)
-    table = write_table2(rows, sweep_dir)
+    # cut-offs no job computed (e.g. topk=[1,5] and ks=[5,20]) are left out, not an error
+    ks = [k for k in ks if any(f"recall@{k}" in r for r in rows)] or [
+        int(m.split("@")[1]) for m in rows[0] if m.startswith("recall@")
+    ]
+    table = write_table2(rows, sweep_dir, ks)
     print_table2(table, title=f"Table 2: passage recall@k (%) — {sweep_dir}")
     written: dict[str, Any] = {"rows": rows, "table2": table, "table2_md": sweep_dir / "table2.md"}
 
@@ -56,8 +66,11 @@ def aggregate_sweep(sweep_dir: str | Path, config: DictConfig | None = None) -> 
 
 
 class AggregateResults(Callback):
-    """`hydra.callbacks.aggregate: {_target_: densex.report.callback.AggregateResults}`."""
+    """`hydra.callbacks.aggregate: {_target_: densex.report.callback.AggregateResults, ks: [5, 20]}`."""
+
+    def __init__(self, ks: Sequence[int] = (5, 20)) -> None:
+        self.ks = tuple(int(k) for k in ks)
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         # `now` is cached on the config, so this is the dir the launcher used
-        aggregate_sweep(Path(str(config.hydra.sweep.dir)), config)
+        aggregate_sweep(Path(str(config.hydra.sweep.dir)), config, self.ks)
