@@ -68,8 +68,8 @@ def main() -> None:
         ours = len(store) / dt
         print(
             f"densex encode_units_to_dir: {len(store)} units in {dt:.1f}s = {ours:.1f} units/s "
-            f"(model load included; manifest says {store.manifest['units_per_second']} units/s "
-            f"for the predict loop) [{args.retriever}, threads={args.threads}, "
+            f"(wall, incl. model load; manifest: {store.manifest['units_per_second']} units/s "
+            f"for the encode stage) [{args.retriever}, threads={args.threads}, "
             f"batch={args.batch_size}, {args.accelerator} x{args.devices}]"
         )
         if args.skip_reference or cfg.backend != "sentence-transformers":
@@ -86,9 +86,7 @@ def main() -> None:
         st.encode(texts, batch_size=args.batch_size)
         ref = len(texts) / (time.perf_counter() - t0)
         print(f"SentenceTransformer.encode: {ref:.1f} units/s (model already loaded)")
-        print(
-            f"ratio densex/ST (predict loop only): {store.manifest['units_per_second'] / ref:.2f}"
-        )
+        print(f"ratio densex/ST (encode stage): {store.manifest['units_per_second'] / ref:.2f}")
 
 
 if __name__ == "__main__":

@@ -153,9 +153,16 @@ def test_bad_input_and_reused_dir_fail_with_location(units_file, tiny_bert, tmp_
     # a directory bound to one units file refuses another
     write_jsonl(tmp_path / "other.jsonl", rows[:2])
     encode_units_to_dir(tmp_path / "other.jsonl", tiny_bert, tmp_path / "z", CPU, shard_size=1)
-    (tmp_path / "z" / "manifest.json").unlink()
     with pytest.raises(DataError, match="encoding.json.*units_sha256"):
         encode_units_to_dir(units_file, tiny_bert, tmp_path / "z", CPU, shard_size=1)
+    with pytest.raises(DataError, match="encoding.json.*retriever"):  # same units, other model
+        encode_units_to_dir(
+            tmp_path / "other.jsonl",
+            {**tiny_bert, "pooling": "cls"},
+            tmp_path / "z",
+            CPU,
+            shard_size=1,
+        )
 
 
 def test_two_processes_equal_one(reference, units_file, tiny_bert, tmp_path) -> None:

@@ -11,9 +11,10 @@ import pytest
 import torch
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
+from omegaconf import OmegaConf
 
 from densex.propositionizer import generate as gen
-from densex.propositionizer.generate import format_source, generate_propositions, manifest_path
+from densex.propositionizer.generate import generate_propositions, manifest_path, passage_source
 from densex.propositionizer.parse import SentenceSplitter
 from densex.utils.io import DataError
 
@@ -32,13 +33,23 @@ def _first_passages(squad_open: Path, tmp_path: Path, n: int) -> tuple[Path, lis
     with open(squad_open / "passages.jsonl", encoding="utf-8") as f:
         rows = [json.loads(line) for line in islice(f, n)]
     path = tmp_path / "passages.jsonl"
-    path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
+    path.write_text(
+        "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8"
+    )
     return path, rows
 
 
 def _cfg(model: Path, **kw) -> dict:
-    return {"type": "model", "model": str(model), "max_new_tokens": 24, "batch_size": 4,
-            "shard_size": 3, "fallback": "sentences", "spacy_model": "", **kw}
+    return {
+        "type": "model",
+        "model": str(model),
+        "max_new_tokens": 24,
+        "batch_size": 4,
+        "shard_size": 3,
+        "fallback": "sentences",
+        "spacy_model": "",
+        **kw,
+    }
 
 
 def _read(path: Path) -> list[dict]:
@@ -47,14 +58,18 @@ def _read(path: Path) -> list[dict]:
 
 def test_random_tiny_t5_every_passage_out_and_fallbacks_counted(tiny_t5, squad_open, tmp_path):
     passages_path, passages = _first_passages(squad_open, tmp_path, 7)
-    out = generate_propositions(passages_path, _cfg(tiny_t5), tmp_path / "out" / "propositions.jsonl", TRAINER)
+    out = generate_propositions(
+        passages_path, _cfg(tiny_t5), tmp_path / "out" / "propositions.jsonl", TRAINER
+    )
     rows = _read(out)
     assert [r["id"] for r in rows] == [p["id"] for p in passages]  # N in = N out, in order
     m = json.loads(manifest_path(out).read_text())
     assert m["passages"] == 7 and m["type"] == "model" and m["model"] == str(tiny_t5)
     assert m["parsed_strict"] + m["repaired"] + m["unparseable"] == 7
     # a random model writes no JSON: every passage falls back to its spaCy sentences
-    assert m["fallback_total"] == sum(m["fallbacks"].values()) == sum(m["fallback_reasons"].values())
+    assert (
+        m["fallback_total"] == sum(m["fallbacks"].values()) == sum(m["fallback_reasons"].values())
+    )
     assert m["fallbacks"] == {"sentences": 7}
     split = SentenceSplitter("")
     for row, p in zip(rows, passages):
@@ -66,7 +81,9 @@ def test_random_tiny_t5_every_passage_out_and_fallbacks_counted(tiny_t5, squad_o
 
 def test_interrupted_run_resumes_at_the_missing_shards(tiny_t5, squad_open, tmp_path, monkeypatch):
     passages_path, _ = _first_passages(squad_open, tmp_path, 8)  # shards of 3: 3 shards
-    reference = generate_propositions(passages_path, _cfg(tiny_t5), tmp_path / "ref" / "p.jsonl", TRAINER)
+    reference = generate_propositions(
+        passages_path, _cfg(tiny_t5), tmp_path / "ref" / "p.jsonl", TRAINER
+    )
 
     out = tmp_path / "run" / "p.jsonl"
     real_write = gen.PropositionShardWriter.write_on_batch_end
@@ -108,64 +125,75 @@ def test_interrupted_run_resumes_at_the_missing_shards(tiny_t5, squad_open, tmp_
     assert len(generated) == 3
 
 
-def _teach_json(model_dir: Path, sources: list[str], targets: list[str], out_dir: Path) -> Path:
-    """Overfit the tiny T5 on (source, target) pairs so its greedy outputs are known."""
+def _teach_json(sources: list[str], targets: list[str], out_dir: Path) -> Path:
+    """A tiny T5 (vocabulary fitted to these texts, no dropout) overfit on (source, target)
+    pairs, so that its greedy outputs are known exactly; about a second on one CPU thread."""
     from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
-    tok = AutoTokenizer.from_pretrained(model_dir)
-    model = AutoModelForSeq2SeqLM.from_pretrained(model_dir)
-    enc = tok(sources, return_tensors="pt", padding=True, truncation=True, max_length=512)
+    from densex.utils.tiny_t5 import build_tiny_t5
+
+    build_tiny_t5(out_dir, texts=sources + targets)
+    tok = AutoTokenizer.from_pretrained(out_dir)
+    model = AutoModelForSeq2SeqLM.from_pretrained(out_dir, dropout_rate=0.0)
+    enc = tok(sources, return_tensors="pt", padding=True)
     labels = tok(targets, return_tensors="pt", padding=True).input_ids
     labels[labels == tok.pad_token_id] = -100
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
     torch.manual_seed(0)
-    for _ in range(400):
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    for _ in range(300):
         loss = model(**enc, labels=labels).loss
         loss.backward()
         opt.step()
         opt.zero_grad()
         if loss.item() < 0.005:
             break
+    model.eval()
+    out = model.generate(**enc, max_new_tokens=100, do_sample=False)
+    assert tok.batch_decode(out, skip_special_tokens=True) == targets, (
+        "the tiny T5 did not memorise"
+    )
     model.save_pretrained(out_dir)
-    tok.save_pretrained(out_dir)
     return out_dir
 
 
-def test_model_taught_to_write_json(tiny_t5, squad_open, tmp_path):
+def test_model_taught_to_write_json(squad_open, tmp_path):
     """Real generation yields each parse path: strict JSON, a label to strip, an answer with
-    no list (fallback), and a list cut by max_new_tokens (complete strings kept). Passages are
-    the first 12 words of real ones, so overfitting the tiny T5 takes about a second."""
+    no list (fallback), and a list cut by max_new_tokens (complete strings kept). Inputs are
+    the first 12 words of real passages; targets are their teacher propositions."""
     with open(squad_open / "passages.jsonl", encoding="utf-8") as f:
-        passages = [json.loads(line) for line in islice(f, 0, 40, 10)]
-    for p in passages:
-        p["text"] = " ".join(p["text"].split()[:12])
+        passages = [json.loads(line) for line in islice(f, 40)]
+    with open(squad_open / "propositions.jsonl", encoding="utf-8") as f:
+        teacher = [json.loads(line)["propositions"] for line in islice(f, 40)]
+    pick = sorted(range(40), key=lambda i: len(min(teacher[i], key=len)))[:4]
+    passages = [{**passages[i], "text": " ".join(passages[i]["text"].split()[:12])} for i in pick]
+    short = [min(teacher[i], key=len) for i in pick]
     passages_path = tmp_path / "passages.jsonl"
     passages_path.write_text("".join(json.dumps(p) + "\n" for p in passages), encoding="utf-8")
-    with open(squad_open / "propositions.jsonl", encoding="utf-8") as f:
-        teacher = [json.loads(line)["propositions"] for line in islice(f, 0, 40, 10)]
-    short = [min(t, key=len) for t in teacher]
     targets = [
         json.dumps([short[0]]),
         "Output: " + json.dumps([short[1]]),
         "I do not know.",
-        json.dumps(["The crisis began.", teacher[3][0], teacher[3][1]]),
+        json.dumps([short[3], "The embargo ended in March 1974.", "Oil prices rose."]),
     ]
-    model = _teach_json(tiny_t5, [format_source(p) for p in passages], targets, tmp_path / "taught")
+    model = _teach_json([passage_source(p) for p in passages], targets, tmp_path / "taught")
     from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(model)
     n_tokens = [len(tok(t).input_ids) for t in targets]  # includes </s>
-    limit = max(n_tokens[:3]) + 1
-    assert len(tok('["The crisis began.", "').input_ids) < limit < n_tokens[3] - 5
+    limit = max(n_tokens[:3]) + 3
+    assert len(tok(json.dumps([short[3]])[:-1] + ', "').input_ids) <= limit < n_tokens[3] - 5
 
     out = generate_propositions(
-        passages_path, _cfg(model, max_new_tokens=limit, shard_size=2), tmp_path / "o" / "p.jsonl", TRAINER
+        passages_path,
+        _cfg(model, max_new_tokens=limit, shard_size=2),
+        tmp_path / "o" / "p.jsonl",
+        TRAINER,
     )
     rows = _read(out)
     assert rows[0]["propositions"] == [short[0]]
     assert rows[1]["propositions"] == [short[1]]
     assert rows[2]["propositions"] == SentenceSplitter("")(passages[2]["text"])
-    assert rows[3]["propositions"] == ["The crisis began."]
+    assert rows[3]["propositions"] == [short[3]]
     m = json.loads(manifest_path(out).read_text())
     assert (m["parsed_strict"], m["repaired"], m["unparseable"]) == (1, 2, 1)
     assert m["repairs"] == {"prefix": 1, "truncated": 1}
@@ -174,7 +202,10 @@ def test_model_taught_to_write_json(tiny_t5, squad_open, tmp_path):
 
     # the same outputs with `fallback: passage` re-parse the kept shards; nothing regenerates
     out2 = generate_propositions(
-        passages_path, _cfg(model, max_new_tokens=limit, shard_size=2, fallback="passage"), out, TRAINER
+        passages_path,
+        _cfg(model, max_new_tokens=limit, shard_size=2, fallback="passage"),
+        out,
+        TRAINER,
     )
     m2 = json.loads(manifest_path(out2).read_text())
     assert _read(out2)[2]["propositions"] == [passages[2]["text"]]
@@ -214,10 +245,22 @@ def test_propositionizer_configs_compose(repo_root, tiny_t5, tmp_path):
     assert large.type == "model" and large.model == "chentong00/propositionizer-wiki-flan-t5-large"
     assert large.max_new_tokens == 512 and large.num_beams == 1 and large.fallback == "sentences"
     assert teacher.type == "teacher" and teacher.api_key_env == "OPENAI_API_KEY"
-    assert teacher.temperature == 0.0 and set(teacher.prices) == {"prompt_per_1m", "completion_per_1m"}
+    assert teacher.temperature == 0.0 and set(teacher.prices) == {
+        "prompt_per_1m",
+        "completion_per_1m",
+    }
     path = tmp_path / "p.jsonl"
-    path.write_text(json.dumps({"id": "a", "title": "T", "section": "", "text": "A is B. C is D."}) + "\n")
-    out = generate_propositions(path, model, tmp_path / "o" / "p.jsonl", TRAINER)
+    path.write_text(
+        json.dumps({"id": "a", "title": "T", "section": "", "text": "A is B. C is D."}) + "\n"
+    )
+    # the project's trainer config (Hydra `_target_`), as index.py passes it
+    trainer = OmegaConf.load(repo_root / "conf" / "trainer" / "default.yaml")
+    trainer.default_root_dir, trainer.accelerator, trainer.enable_progress_bar = (
+        str(tmp_path),
+        "cpu",
+        False,
+    )
+    out = generate_propositions(path, model, tmp_path / "o" / "p.jsonl", trainer)
     assert [r["id"] for r in _read(out)] == ["a"]
 
 

@@ -88,6 +88,8 @@ def run(cfg: DictConfig) -> float:
     cache_dir = Path(cfg.paths.cache_dir)
     granularity = str(cfg.granularity.name)
     topk = sorted({int(k) for k in cfg.topk})
+    if not topk or topk[0] < 1:
+        raise ValueError(f"topk must be a non-empty list of cut-offs >= 1, got {list(cfg.topk)}")
     K = topk[-1]
     keys = cell_keys(cfg)
 

@@ -51,7 +51,7 @@ def _resolve_ckpt(ckpt_path: str | None, cfg: DictConfig) -> str | None:
     if not ckpt_path:
         return None
     if ckpt_path == "last":
-        cb = (cfg.get("callbacks") or {}).get("model_checkpoint") or {}
+        cb = (cfg.get("callbacks") or {}).get("last_checkpoint") or {}
         ckpt_dir = cb.get("dirpath") or str(Path(cfg.paths.output_dir) / "checkpoints")
         ckpt_path = str(Path(ckpt_dir) / "last.ckpt")
     if not Path(ckpt_path).exists():

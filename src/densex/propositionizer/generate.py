@@ -22,6 +22,7 @@ import torch
 from pytorch_lightning.callbacks import BasePredictionWriter
 from torch.utils.data import DataLoader
 
+from densex.propositionizer.data import format_source
 from densex.propositionizer.parse import (
     FALLBACK_MODES,
     ParseStats,
@@ -38,24 +39,21 @@ log = get_logger(__name__)
 __all__ = [
     "PropositionGenerator",
     "PropositionShardWriter",
-    "format_source",
     "generate_propositions",
     "manifest_path",
+    "passage_source",
     "read_passages",
     "write_propositions",
 ]
 
-# The source side of training pairs and of the released propositionizer's model card.
-SOURCE_TEMPLATE = "Title: {title}. Section: {section}. Content: {text}"
 SHARD_NAME = "shard-{:05d}.jsonl"
 
 
-def format_source(passage: Mapping[str, Any]) -> str:
-    """`Title: {title}. Section: {section}. Content: {text}` (str.format is safe: the slots are
-    filled once, braces inside the passage are not re-interpreted)."""
-    return SOURCE_TEMPLATE.format(
-        title=passage.get("title") or "", section=passage.get("section") or "", text=passage["text"]
-    )
+def passage_source(passage: Mapping[str, Any]) -> str:
+    """The model input for a passage, `Title: {title}. Section: {section}. Content: {text}`:
+    the same string as the training pairs (`data.format_source`), so a fine-tuned checkpoint
+    sees at inference exactly what it was trained on."""
+    return format_source(passage.get("title") or "", passage.get("section") or "", passage["text"])
 
 
 def manifest_path(out_path: str | os.PathLike) -> Path:
@@ -330,7 +328,7 @@ def _generate_with_model(
         {
             "shard": k,
             "ids": [p["id"] for p in passages[s : s + shard_size]],
-            "sources": [format_source(p) for p in passages[s : s + shard_size]],
+            "sources": [passage_source(p) for p in passages[s : s + shard_size]],
         }
         for k, s in enumerate(range(0, len(passages), shard_size))
     ]

@@ -11,6 +11,7 @@ named by `api_key_env` and is never logged, cached or written to the manifest.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -25,7 +26,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-from densex.propositionizer.generate import _get, format_source, write_propositions
+from densex.propositionizer.generate import _get, passage_source, write_propositions
 from densex.utils.cache import hash_file
 from densex.utils.io import DataError, read_json, write_json
 from densex.utils.logging import get_logger
@@ -207,10 +208,8 @@ class Teacher:
         response = getattr(error, "response", None)
         retry_after = response.headers.get("retry-after") if response is not None else None
         if retry_after:
-            try:
+            with contextlib.suppress(ValueError):
                 d = max(d, min(self.backoff_max, float(retry_after)))
-            except ValueError:
-                pass
         return d
 
     def _complete(self, prompt: str) -> TeacherReply:
@@ -255,7 +254,7 @@ class Teacher:
 
     def reply(self, passage: Mapping[str, Any]) -> TeacherReply:
         """The teacher's reply for one passage: from the cache, else from the API (then cached)."""
-        source = format_source(passage)
+        source = passage_source(passage)
         key = self.cache_key(source)
         hit = self._cached(key)
         if hit is not None:

@@ -366,18 +366,19 @@ def encode_units_to_dir(
     )
     dtype = dtype or spec.dtype
     units_path, out = Path(units_path), Path(out_dir)
-    units_sha = hash_file(units_path) if units_path.exists() else None
-    if (out / "manifest.json").exists():
-        store = EmbeddingStore.open(out)
-        if store.manifest.get("units_sha256") == units_sha and store.dtype == dtype:
-            return store
-    units = _read_units(units_path)
+    if not units_path.exists():
+        raise DataError(units_path, None, None, "file not found")
     job = {
-        "units_sha256": units_sha,
+        "units_sha256": hash_file(units_path),
         "retriever": spec.cache_fields("doc"),
         "shard_size": shard_size,
         "dtype": dtype,
     }
+    if (out / "manifest.json").exists():
+        store = EmbeddingStore.open(out)
+        if all(store.manifest.get(k) == v for k, v in job.items()):
+            return store
+    units = _read_units(units_path)
     out.mkdir(parents=True, exist_ok=True)
     job_path = out / "encoding.json"
     if job_path.exists():
@@ -393,7 +394,7 @@ def encode_units_to_dir(
     plan = plan_shards(len(units), shard_size)
     done = _complete_shards(out, plan, dtype)
     pending = [sh for sh in plan if sh not in done]
-    t0, world = time.perf_counter(), 1
+    t0, world, trainer = time.perf_counter(), 1, None
     if pending:
         log.info(
             "encoding %d units in %d shards with %s (%d shards already done)",
@@ -418,6 +419,12 @@ def encode_units_to_dir(
         world = trainer.world_size
         dm = UnitsDataModule(pending, order, texts, encoder, spec.batch_size)
         trainer.predict(EncoderModule(encoder), datamodule=dm, return_predictions=False)
+        # with `strategy=ddp` every rank runs this function: wait for all shards, let rank 0
+        # write the manifest (ddp_spawn returns here in the main process only)
+        trainer.strategy.barrier("densex-encode")
+        if not trainer.is_global_zero:
+            trainer.strategy.barrier("densex-manifest")
+            return EmbeddingStore.open(out)
     missing = [sh for sh in plan if sh not in _complete_shards(out, plan, dtype)]
     if missing:
         raise RuntimeError(f"encoding finished with {len(missing)} shards missing: {missing[:3]}")
@@ -434,7 +441,7 @@ def encode_units_to_dir(
         dtype=dtype,
         count=len(units),
         units_path=str(units_path.resolve()),
-        units_sha256=units_sha,
+        units_sha256=job["units_sha256"],
         shard_size=shard_size,
         shards=[
             {
@@ -451,4 +458,6 @@ def encode_units_to_dir(
         seconds=round(seconds, 3),
         units_per_second=round(encoded / seconds, 2) if encoded and seconds > 0 else None,
     )
+    if trainer is not None:
+        trainer.strategy.barrier("densex-manifest")  # the other ranks wait for the manifest
     return EmbeddingStore.open(out)

@@ -1,0 +1,295 @@
+"""The LLM teacher end to end: the real `openai` client against an OpenAI-compatible server on
+127.0.0.1 (http.server in a thread): exact Figure 8 prompts, retry on 429, a malformed reply
+falling back, the disk cache, token/cost accounting, and a key that is never written down."""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from itertools import islice
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("openai")
+
+from densex.propositionizer.generate import generate_propositions, manifest_path  # noqa: E402
+from densex.propositionizer.parse import SentenceSplitter  # noqa: E402
+from densex.propositionizer.teacher import TeacherError, fill_prompt  # noqa: E402
+
+SECRET = "sk-densex-test-9f8e7d6c5b4a-DO-NOT-LEAK"
+KEY_ENV = "DENSEX_TEST_TEACHER_KEY"
+
+
+class FakeChatServer:
+    """/v1/chat/completions answering from a prompt -> content table.
+
+    `fail_next` holds HTTP statuses to return for the next requests (429 -> Retry-After: 0).
+    An unknown prompt is a 400, so a prompt that is not exactly the expected one fails loudly.
+    """
+
+    def __init__(self, replies: dict[str, str]):
+        self.replies = replies
+        self.fail_next: list[int] = []
+        self.requests: list[dict] = []
+        self.lock = threading.Lock()
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args):  # keep test output quiet
+                pass
+
+            def _send(self, status: int, body: dict, headers: dict | None = None):
+                data = json.dumps(body).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                for k, v in (headers or {}).items():
+                    self.send_header(k, v)
+                self.end_headers()
+                self.wfile.write(data)
+
+            def do_POST(self):
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                with server.lock:
+                    server.requests.append(
+                        {"path": self.path, "auth": self.headers.get("Authorization"), "body": body}
+                    )
+                    status = server.fail_next.pop(0) if server.fail_next else 200
+                if self.path != "/v1/chat/completions":
+                    return self._send(404, {"error": {"message": "not found"}})
+                if status != 200:
+                    return self._send(
+                        status, {"error": {"message": f"status {status}"}}, {"Retry-After": "0"}
+                    )
+                prompt = body["messages"][0]["content"]
+                if prompt not in server.replies:
+                    return self._send(400, {"error": {"message": "unexpected prompt"}})
+                content = server.replies[prompt]
+                usage = {
+                    "prompt_tokens": len(prompt.split()),
+                    "completion_tokens": len(content.split()),
+                }
+                usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
+                self._send(
+                    200,
+                    {
+                        "id": "chatcmpl-test",
+                        "object": "chat.completion",
+                        "created": 0,
+                        "model": body["model"],
+                        "choices": [
+                            {
+                                "index": 0,
+                                "message": {"role": "assistant", "content": content},
+                                "finish_reason": "stop",
+                            }
+                        ],
+                        "usage": usage,
+                    },
+                )
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        self.thread.start()
+        self.base_url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
+
+    def close(self):
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+@pytest.fixture
+def data(squad_open, tmp_path, repo_root):
+    """Six real passages, the teacher propositions for them, and the expected prompts."""
+    with open(squad_open / "passages.jsonl", encoding="utf-8") as f:
+        passages = [json.loads(line) for line in islice(f, 6)]
+    with open(squad_open / "propositions.jsonl", encoding="utf-8") as f:
+        teacher = [json.loads(line)["propositions"] for line in islice(f, 6)]
+    path = tmp_path / "passages.jsonl"
+    path.write_text(
+        "".join(json.dumps(p, ensure_ascii=False) + "\n" for p in passages), encoding="utf-8"
+    )
+    # the expected prompt, built independently: the file verbatim (minus its final newline)
+    # with the three slots replaced
+    template = (repo_root / "conf" / "prompts" / "figure8.txt").read_text(encoding="utf-8")
+    assert template.endswith("Output:\n")
+    prompts = [
+        template[:-1].replace(
+            "Input: Title: {title}. Section: {section}. Content: {text}",
+            f"Input: Title: {p['title']}. Section: {p['section']}. Content: {p['text']}",
+        )
+        for p in passages
+    ]
+    return path, passages, teacher, prompts
+
+
+@pytest.fixture
+def env(monkeypatch):
+    monkeypatch.setenv(KEY_ENV, SECRET)
+    for var in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
+
+
+def _cfg(server: FakeChatServer, cache_dir: Path, repo_root: Path, **kw) -> dict:
+    return {
+        "type": "teacher",
+        "model": "test-teacher-1",
+        "base_url": server.base_url,
+        "api_key_env": KEY_ENV,
+        "prompt": str(repo_root / "conf" / "prompts" / "figure8.txt"),
+        "max_concurrency": 3,
+        "max_retries": 3,
+        "backoff_base": 0.01,
+        "backoff_max": 0.05,
+        "timeout": 10,
+        "temperature": 0.0,
+        "max_tokens": 700,
+        "cache_dir": str(cache_dir),
+        "prices": {"prompt_per_1m": 2.5, "completion_per_1m": 10.0},
+        "fallback": "sentences",
+        "spacy_model": "",
+        "seed": 0,
+        **kw,
+    }
+
+
+def _all_text(*dirs: Path) -> str:
+    return "\n".join(
+        p.read_text(encoding="utf-8", errors="replace")
+        for d in dirs
+        for p in d.rglob("*")
+        if p.is_file()
+    )
+
+
+def test_teacher_end_to_end(data, env, tmp_path, repo_root, caplog, capsys):
+    caplog.set_level(logging.DEBUG)
+    path, passages, teacher, prompts = data
+    replies = {p: json.dumps(t, ensure_ascii=False) for p, t in zip(prompts, teacher)}
+    replies[prompts[2]] = "I'm sorry, but I can't split this passage."  # malformed -> fallback
+    replies[prompts[4]] = "```json\n" + json.dumps(teacher[4]) + "\n```"  # repaired
+    server = FakeChatServer(replies)
+    server.fail_next = [429]  # the very first request is rate-limited
+    try:
+        cfg = _cfg(server, tmp_path / "cache", repo_root)
+        out = generate_propositions(path, cfg, tmp_path / "out" / "propositions.jsonl")
+        first = list(server.requests)
+
+        # every request: the exact Figure 8 prompt as one user message, our settings, our key
+        assert len(first) == 7  # 6 passages + 1 retry after the 429
+        sent = [r["body"]["messages"] for r in first]
+        assert all(len(m) == 1 and m[0]["role"] == "user" for m in sent)
+        assert sorted(m[0]["content"] for m in sent[1:]) == sorted(prompts)
+        assert all(r["path"] == "/v1/chat/completions" for r in first)
+        assert all(r["auth"] == f"Bearer {SECRET}" for r in first)
+        body = first[-1]["body"]
+        assert (body["model"], body["temperature"], body["max_tokens"]) == (
+            "test-teacher-1",
+            0.0,
+            700,
+        )
+        assert fill_prompt(Path(cfg["prompt"]).read_text()[:-1], passages[0]) == prompts[0]
+
+        rows = [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()]
+        assert [r["id"] for r in rows] == [p["id"] for p in passages]
+        assert [r["propositions"] for i, r in enumerate(rows) if i != 2] == [
+            t for i, t in enumerate(teacher) if i != 2
+        ]
+        assert rows[2]["propositions"] == SentenceSplitter("")(passages[2]["text"])
+
+        m = json.loads(manifest_path(out).read_text())
+        assert m["type"] == "teacher" and m["model"] == "test-teacher-1"
+        assert (m["passages"], m["parsed_strict"], m["repaired"], m["unparseable"]) == (6, 4, 1, 1)
+        assert m["fallbacks"] == {"sentences": 1} and m["repairs"] == {"fence": 1}
+        assert m["requests"] == {"requests": 7, "retries": 1, "api_replies": 6, "cache_hits": 0}
+        p_tok = sum(len(p.split()) for p in prompts)
+        c_tok = sum(len(replies[p].split()) for p in prompts)
+        assert m["tokens"] == {"prompt": p_tok, "completion": c_tok}
+        assert m["cost_usd"] == pytest.approx((2.5 * p_tok + 10.0 * c_tok) / 1e6, abs=1e-6)
+        assert m["api_key_env"] == KEY_ENV
+
+        # second run: every reply from the cache, zero requests, the same file, zero cost
+        before = out.read_bytes()
+        out.unlink()
+        generate_propositions(path, cfg, out)
+        assert len(server.requests) == 7
+        assert out.read_bytes() == before
+        m2 = json.loads(manifest_path(out).read_text())
+        assert m2["requests"] == {"requests": 0, "retries": 0, "api_replies": 0, "cache_hits": 6}
+        assert m2["cost_usd"] == 0 and m2["tokens"] == {"prompt": 0, "completion": 0}
+        assert m2["tokens_including_cache"] == m["tokens"]
+
+        # another model is another cache key: it asks again
+        generate_propositions(path, {**cfg, "model": "test-teacher-2"}, tmp_path / "o2" / "p.jsonl")
+        assert len(server.requests) == 13
+    finally:
+        server.close()
+
+    # the key went over the wire (above) but is in no cache file, output, manifest or log
+    text = _all_text(tmp_path / "cache", tmp_path / "out", tmp_path / "o2")
+    assert "test-teacher-1" in text and SECRET not in text
+    assert SECRET not in caplog.text
+    captured = capsys.readouterr()
+    assert SECRET not in captured.out + captured.err
+    assert len(list((tmp_path / "cache").rglob("*.json"))) == 12
+
+
+def test_teacher_gives_up_after_max_retries_and_keeps_finished_work(data, env, tmp_path, repo_root):
+    path, passages, teacher, prompts = data
+    server = FakeChatServer({p: json.dumps(t) for p, t in zip(prompts, teacher)})
+    try:
+        cfg = _cfg(server, tmp_path / "cache", repo_root, max_concurrency=1, max_retries=2)
+        server.fail_next = [200, 503, 502, 500]  # passage 0 ok, passage 1 fails 3 times
+        with pytest.raises(TeacherError, match=r"HTTP 500.*after 3 attempts"):
+            generate_propositions(path, cfg, tmp_path / "out" / "p.jsonl")
+        assert not (tmp_path / "out" / "p.jsonl").exists()
+        # passage 0 is kept; the rest are cancelled (the one worker may have started one more)
+        kept = len(list((tmp_path / "cache").rglob("*.json")))
+        assert 1 <= kept <= 2
+        n = len(server.requests)
+        out = generate_propositions(path, cfg, tmp_path / "out" / "p.jsonl")  # resumes from cache
+        assert len(server.requests) == n + 6 - kept
+        assert json.loads(manifest_path(out).read_text())["requests"]["cache_hits"] == kept
+
+        server.fail_next = [401]  # a client error is not retried
+        with pytest.raises(TeacherError, match="HTTP 401.*not retried"):
+            generate_propositions(path, {**cfg, "model": "other"}, tmp_path / "o3" / "p.jsonl")
+        new = server.requests[n + 6 - kept :]
+        prompts_sent = [r["body"]["messages"][0]["content"] for r in new]
+        assert 1 <= len(new) <= 2 and len(set(prompts_sent)) == len(new)  # no retry of the 401
+    finally:
+        server.close()
+
+
+def test_missing_key_and_bad_prompt_fail_clearly(data, env, tmp_path, repo_root, monkeypatch):
+    path, *_ = data
+    monkeypatch.delenv(KEY_ENV)
+    server = FakeChatServer({})
+    try:
+        with pytest.raises(TeacherError, match=KEY_ENV):
+            generate_propositions(
+                path, _cfg(server, tmp_path / "c", repo_root), tmp_path / "o" / "p.jsonl"
+            )
+        bad = tmp_path / "prompt.txt"
+        bad.write_text("Decompose: {text}\n")
+        with pytest.raises(ValueError, match=r"lacks slots \['section', 'title'\]"):
+            generate_propositions(
+                path,
+                _cfg(server, tmp_path / "c", repo_root, prompt=str(bad)),
+                tmp_path / "o" / "p.jsonl",
+            )
+        assert server.requests == []
+    finally:
+        server.close()
+
+
+def test_fill_prompt_leaves_other_braces_alone():
+    template = 'Output: ["x"] {"a": 1}\nInput: Title: {title}. Section: {section}. Content: {text}'
+    p = {"title": "{text}", "section": "", "text": "Braces {title} stay {}."}
+    assert fill_prompt(template, p) == (
+        'Output: ["x"] {"a": 1}\nInput: Title: {text}. Section: . Content: Braces {title} stay {}.'
+    )
