@@ -159,7 +159,7 @@ def test_datamodule_pads_dynamically_and_counts_truncation(squad_open, tiny_t5):
         limit_val=4,
         max_source_length=384,
         max_target_length=64,
-        batch_size=4,
+        per_device_batch_size=4,
     )
     dm.set_tokenizer(AutoTokenizer.from_pretrained(tiny_t5, model_max_length=512))
     dm.setup("fit")
@@ -204,7 +204,7 @@ def test_train_configs_compose(repo_root, model):
         cfg = compose(config_name="train", overrides=[f"model={model}"])
     assert cfg.model.batch_size in (64, 8) and cfg.model.lr > 0
     assert cfg.model.metric.num_layers in (17, 6)
-    assert cfg.data.batch_size == cfg.model.per_device_batch_size
+    assert cfg.data.per_device_batch_size == cfg.model.per_device_batch_size
     assert cfg.callbacks.model_checkpoint.monitor == "val/set_f1"
     if model != "tiny":
         assert cfg.model.name_or_path == f"google/{model}"
@@ -234,16 +234,19 @@ def test_train_resume_and_export(repo_root, squad_open, minilm_path, tmp_path):
         "data.limit_val=8",
         "model.max_new_tokens=24",
     ]
-    summary = train(repo_root, run_dir, *common, "trainer.max_epochs=2")
+    # effective batch 16 = 8 per device x 2 accumulation steps; a baseline validation first
+    common.append("model.batch_size=16")
+    summary = train(repo_root, run_dir, *common, "trainer.max_epochs=2", "validate_first=true")
     m = pd.read_csv(run_dir / "csv" / "version_0" / "metrics.csv")
     loss = m.dropna(subset=["train/loss_epoch"]).set_index("epoch")["train/loss_epoch"]
     assert list(loss.index) == [0, 1] and loss[1] < loss[0]
-    val = m.dropna(subset=["val/set_f1"]).set_index("epoch")
-    assert list(val.index) == [0, 1]
+    val = m.dropna(subset=["val/set_f1"])
+    assert list(val["epoch"]) == [0, 0, 1]  # validate_first, then after each epoch
     assert val["val/set_f1"].between(0, 1).all() and (val["val/n_passages"] == 8).all()
     assert {"val/precision", "val/recall", "val/parse_rate", "val/loss"} <= set(m.columns)
     assert {"val/props_per_passage_gold", "val/props_per_passage_pred"} <= set(m.columns)
-    assert summary["epochs"] == 2 and summary["global_step"] == 16
+    assert summary["accumulate_grad_batches"] == 2
+    assert summary["epochs"] == 2 and summary["global_step"] == 8  # 64 pairs / 16 per step x 2
     assert (run_dir / "checkpoints" / "last.ckpt").exists()
     assert len(list((run_dir / "val_predictions").glob("*.jsonl"))) == 2
 
@@ -251,7 +254,7 @@ def test_train_resume_and_export(repo_root, squad_open, minilm_path, tmp_path):
     summary = train(repo_root, run_dir, *common, "trainer.max_epochs=3", "ckpt_path=last")
     m2 = pd.read_csv(run_dir / "csv" / "version_1" / "metrics.csv")
     assert set(m2["epoch"].dropna().astype(int)) == {2}
-    assert summary["epochs"] == 3 and summary["global_step"] == 24
+    assert summary["epochs"] == 3 and summary["global_step"] == 12
 
     # the export loads without densex and generates
     from transformers import AutoModelForSeq2SeqLM, AutoTokenizer

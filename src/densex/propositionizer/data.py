@@ -263,7 +263,7 @@ class PropositionDataModule(pl.LightningDataModule):
         limit_val: int | None = None,
         max_source_length: int = 512,
         max_target_length: int = 512,
-        batch_size: int = 8,
+        per_device_batch_size: int = 8,
         eval_batch_size: int | None = None,
         group_by_length: bool = True,
         num_workers: int = 0,
@@ -385,7 +385,7 @@ class PropositionDataModule(pl.LightningDataModule):
         sampler = (
             LengthGroupedSampler(
                 [len(x["input_ids"]) + len(x["labels"]) for x in self.train_items],
-                h.batch_size,
+                h.per_device_batch_size,
                 seed=h.seed,
             )
             if h.group_by_length
@@ -393,7 +393,7 @@ class PropositionDataModule(pl.LightningDataModule):
         )
         return DataLoader(
             self.train_items,
-            batch_size=h.batch_size,
+            batch_size=h.per_device_batch_size,
             sampler=sampler,
             shuffle=sampler is None,
             collate_fn=self._collate,
@@ -407,7 +407,7 @@ class PropositionDataModule(pl.LightningDataModule):
         order = sorted(self.val_items, key=lambda x: -len(x["input_ids"]))
         return DataLoader(
             order,
-            batch_size=h.eval_batch_size or h.batch_size,
+            batch_size=h.eval_batch_size or h.per_device_batch_size,
             shuffle=False,
             collate_fn=self._collate,
             num_workers=h.num_workers,
@@ -415,7 +415,9 @@ class PropositionDataModule(pl.LightningDataModule):
 
     def steps_per_epoch(self, accumulate: int = 1, world_size: int = 1) -> int:
         """Optimizer steps per epoch (for logging and schedule sanity checks)."""
-        batches = math.ceil(len(self.train_pairs) / (self.hparams.batch_size * world_size))
+        batches = math.ceil(
+            len(self.train_pairs) / (self.hparams.per_device_batch_size * world_size)
+        )
         return math.ceil(batches / accumulate)
 
 

@@ -350,6 +350,7 @@ def _generate_with_model(
         module = PropositionGenerator(model, pending, **settings)
         trainer = _build_trainer(trainer_cfg, [PropositionShardWriter(shard_dir)])
         trainer.predict(module, return_predictions=False)
+        trainer.strategy.barrier("propositions-shards")  # every rank's shards are on disk
         if not trainer.is_global_zero:  # ddp (not spawn): rank 0 merges
             return out_path
     seconds = time.perf_counter() - t0
