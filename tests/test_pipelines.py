@@ -194,6 +194,7 @@ def test_multirun_writes_table2(repo_root, small, minilm_path, tmp_path):
         "-m",
         *_contract(small, "passage,sentence"),
         "topk=[5,20]",
+        "retrieval_text=false",
         f"hydra.sweep.dir={sweep}",
     )
     rows = [json.loads((sweep / str(i) / "results.jsonl").read_text()) for i in range(2)]
@@ -209,6 +210,11 @@ def test_multirun_writes_table2(repo_root, small, minilm_path, tmp_path):
         assert float(line["squad-open R@5"]) == pytest.approx(r["recall@5"], abs=1e-3)
         assert float(line["Avg R@20"]) == pytest.approx(r["recall@20"], abs=1e-3)
         assert f"| {r['recall@20']:.1f} |" in md
+    # without passage text, pyserini's evaluator still reads the has_answer flags
+    retrieval = json.loads((sweep / "1" / "retrieval.json").read_text())
+    assert set(retrieval[0]["ctxs"][0]) == {"id", "title", "score", "has_answer"}
+    acc = pyserini_topk_accuracy(retrieval, [5, 20], trust_flags=True)
+    assert acc == pytest.approx({5: rows[1]["recall@5"], 20: rows[1]["recall@20"]})
     assert "Table 2" in proc.stdout
     assert (sweep / "answer_recall_by_words.png").exists()
 

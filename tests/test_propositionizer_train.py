@@ -248,7 +248,7 @@ def test_train_resume_and_export(repo_root, squad_open, minilm_path, tmp_path):
     assert summary["accumulate_grad_batches"] == 2
     assert summary["epochs"] == 2 and summary["global_step"] == 8  # 64 pairs / 16 per step x 2
     assert (run_dir / "checkpoints" / "last.ckpt").exists()
-    assert len(list((run_dir / "val_predictions").glob("*.jsonl"))) == 2
+    assert len(list((run_dir / "val_predictions").glob("*.jsonl"))) == 3
 
     # resume: the second run continues at epoch 2 from this run dir's last.ckpt
     summary = train(repo_root, run_dir, *common, "trainer.max_epochs=3", "ckpt_path=last")
@@ -296,6 +296,8 @@ def test_overfits_eight_pairs(repo_root, squad_open, minilm_path, tmp_path):
         f"trainer.max_epochs={epochs}",
         f"trainer.check_val_every_n_epoch={epochs}",
         "model.lr=3e-3",
+        "model.batch_size=4",  # 2 steps per epoch: 400 updates
+        "model.per_device_batch_size=4",
         "model.dropout=0",
         "model.scheduler=linear",
         "model.warmup_ratio=0.05",

@@ -123,6 +123,7 @@ def run(cfg: DictConfig) -> float:
 
     t0 = time.perf_counter()
     match = str(cfg.dataset.get("match", "string"))
+    with_text = bool(cfg.get("retrieval_text", True))
     hits = np.zeros((len(questions), K), dtype=bool)
     dpr_rows = []
     for qi, (q, r) in enumerate(zip(questions, results)):
@@ -131,15 +132,10 @@ def run(cfg: DictConfig) -> float:
             psg = passages[p]
             hit = bool(has_answer(q["answers"], psg["text"], match))
             hits[qi, rank] = hit
-            ctxs.append(
-                {
-                    "id": psg["id"],
-                    "title": psg.get("title", ""),
-                    "text": psg["text"],
-                    "score": s,
-                    "has_answer": hit,
-                }
-            )
+            ctx = {"id": psg["id"], "title": psg.get("title", ""), "text": psg["text"]}
+            if not with_text:
+                del ctx["text"]
+            ctxs.append({**ctx, "score": s, "has_answer": hit})
         dpr_rows.append(
             {"id": q.get("id"), "question": q["question"], "answers": q["answers"], "ctxs": ctxs}
         )

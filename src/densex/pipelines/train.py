@@ -59,6 +59,14 @@ def _resolve_ckpt(ckpt_path: str | None, cfg: DictConfig) -> str | None:
     return ckpt_path
 
 
+def _resolve_ckpt_or_none(cfg: DictConfig) -> str | None:
+    """This run dir's last.ckpt, if training wrote one."""
+    try:
+        return _resolve_ckpt("last", cfg)
+    except FileNotFoundError:
+        return None
+
+
 def _instantiate_all(group: DictConfig | None) -> list[Any]:
     """Instantiate every `_target_` entry of a callbacks/logger group (template style)."""
     from hydra.utils import instantiate
@@ -133,18 +141,24 @@ def run(cfg: DictConfig) -> float:
         best = trainer.callback_metrics.get("val/set_f1")
     best_f1 = float(best) if best is not None else float("nan")
     if trainer.is_global_zero:
-        if best_path:
-            state = torch.load(best_path, map_location="cpu", weights_only=False)["state_dict"]
-            module.load_state_dict(state)
+        epochs, step = trainer.current_epoch, trainer.global_step
+        last = _resolve_ckpt_or_none(cfg)
+        if last and step == 0:  # ddp_spawn: the launcher process does not see the loop state
+            ckpt = torch.load(last, map_location="cpu", weights_only=False)
+            epochs, step = ckpt["epoch"] + 1, ckpt["global_step"]
         summary = {
             "best_val_set_f1": best_f1,
             "best_checkpoint": best_path or None,
-            "epochs": trainer.current_epoch,
-            "global_step": trainer.global_step,
+            "epochs": epochs,
+            "global_step": step,
             "model_path": model_path,
             "accumulate_grad_batches": accumulate,
             "data_stats": datamodule.stats,
         }
+        if best_path:
+            ckpt = torch.load(best_path, map_location="cpu", weights_only=False)
+            module.load_state_dict(ckpt["state_dict"])
+            summary |= {"best_epoch": ckpt["epoch"], "best_global_step": ckpt["global_step"]}
         export = module.export_hf(
             out_dir / "hf_model", config=OmegaConf.to_container(cfg, resolve=True), **summary
         )

@@ -138,7 +138,15 @@ class PropositionizerModule(pl.LightningModule):
     def training_step(self, batch: dict[str, Any], batch_idx: int) -> torch.Tensor:
         loss = self(batch["input_ids"], batch["attention_mask"], batch["labels"]).loss
         n = batch["input_ids"].shape[0]
-        self.log("train/loss", loss, on_step=True, on_epoch=True, prog_bar=True, batch_size=n)
+        self.log(
+            "train/loss",
+            loss,
+            on_step=True,
+            on_epoch=True,
+            prog_bar=True,
+            batch_size=n,
+            sync_dist=True,
+        )
         tokens = batch["attention_mask"].sum() + (batch["labels"] != -100).sum()
         self.log("train/tokens", tokens.float(), on_step=True, on_epoch=False, reduce_fx="sum")
         return loss
@@ -171,7 +179,7 @@ class PropositionizerModule(pl.LightningModule):
         self._val_outputs = []
 
     def on_validation_epoch_end(self) -> None:
-        if self.trainer.sanity_checking or not self._val_outputs and self.trainer.world_size == 1:
+        if self.trainer.sanity_checking or (not self._val_outputs and self.trainer.world_size == 1):
             return
         outputs = self._gather(self._val_outputs)
         result = self.score_predictions(outputs)
