@@ -14,7 +14,6 @@ Bad input raises a `DataError` naming file, line (or JSON path) and field, unles
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from collections import Counter
@@ -23,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from densex.utils.io import DataError, read_json
+from densex.utils.io import numbered_jsonl as io_numbered_jsonl
 from densex.utils.logging import get_logger
 
 log = get_logger(__name__)
@@ -177,26 +177,7 @@ def read_jsonl_documents(
 
 def numbered_jsonl(path: str | os.PathLike, skips: Skips) -> Iterator[tuple[int, dict]]:
     """(line number, row) pairs; a malformed line is a located error (or a counted skip)."""
-    path = Path(path)
-    if not path.exists():
-        raise DataError(path, None, None, "file not found")
-    with path.open(encoding="utf-8") as f:
-        for lineno, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as e:
-                skips(DataError(path, lineno, None, f"invalid JSON ({e.msg} at column {e.colno})"))
-                continue
-            if not isinstance(row, dict):
-                skips(
-                    DataError(
-                        path, lineno, None, f"expected a JSON object, got {type(row).__name__}"
-                    )
-                )
-                continue
-            yield lineno, row
+    return io_numbered_jsonl(path, on_error=skips)
 
 
 def load_hf(dataset: Any, name: str | None = None, split: str | None = None, **kwargs: Any) -> Any:

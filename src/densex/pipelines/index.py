@@ -55,10 +55,11 @@ def build_corpus_units(cfg: DictConfig, with_generated: bool) -> Any:
     return files
 
 
-def print_unit_stats(files: Any) -> None:
+def print_unit_stats(files: Any, corpus: str) -> None:
     from densex.corpus.units import print_unit_table, unit_stats
 
-    print_unit_table(unit_stats(files), title=f"Retrieval units (cf. Table 1): {files.out_dir}")
+    print_unit_table(unit_stats(files), title=f"Retrieval units of {corpus} (cf. Table 1)")
+    log.info("units in %s", files.out_dir)
 
 
 def generates_propositions(cfg: DictConfig) -> bool:
@@ -77,7 +78,7 @@ def run(cfg: DictConfig) -> None:
     if stage not in STAGES:
         raise ValueError(f"stage must be one of {STAGES}, got {stage!r}")
     files = build_corpus_units(cfg, with_generated=generates_propositions(cfg))
-    print_unit_stats(files)
+    print_unit_stats(files, str(cfg.corpus.get("name", "corpus")))
     if stage in ("units", "propositions"):
         return None
 

@@ -24,7 +24,7 @@ import pytorch_lightning as pl
 import torch
 from torch.utils.data import DataLoader, Sampler
 
-from densex.utils.io import DataError, read_jsonl
+from densex.utils.io import DataError, numbered_jsonl
 from densex.utils.logging import get_logger
 
 log = get_logger(__name__)
@@ -60,15 +60,6 @@ def _check_propositions(value: Any, path: str | os.PathLike, line: int | None, n
     if not value:
         raise DataError(path, line, name, "empty list of propositions")
     return value
-
-
-def numbered_jsonl(path: str | os.PathLike, **checks: Any) -> Iterator[tuple[int, dict[str, Any]]]:
-    """`read_jsonl` rows with their 1-based line numbers (for errors found after parsing)."""
-    if not Path(path).exists():
-        raise DataError(path, None, None, "file not found")
-    with Path(path).open(encoding="utf-8") as f:
-        linenos = [i for i, line in enumerate(f, start=1) if line.strip()]
-    yield from zip(linenos, read_jsonl(path, **checks))
 
 
 def _pair(pid: str, title: str, source: str, propositions: list[str]) -> dict[str, Any]:

@@ -12,7 +12,7 @@ import hashlib
 import json
 import os
 import tempfile
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import IO, Any
 
@@ -27,15 +27,17 @@ class DataError(ValueError):
         super().__init__(f"{where}: {what}{message}")
 
 
-def read_jsonl(
+def numbered_jsonl(
     path: str | os.PathLike,
+    on_error: Callable[[DataError], None] | None = None,
     required: Sequence[str] = (),
     nonempty: Sequence[str] = (),
-) -> Iterator[dict[str, Any]]:
-    """Yield the JSON objects of a JSONL file, checking fields as it goes.
+) -> Iterator[tuple[int, dict[str, Any]]]:
+    """Yield `(line number, object)` for each JSON object of a JSONL file, checking fields.
 
-    `required` fields must be present; `nonempty` fields must also be non-empty.
-    Blank lines are allowed (and skipped); anything else that is not a JSON object is an error.
+    Blank lines are allowed. A malformed line or field becomes a located `DataError`, which is
+    raised, or handed to `on_error` (e.g. a counter for `on_error: skip` configs) and the line
+    skipped: the caller decides, nothing is dropped silently.
     """
     path = Path(path)
     if not path.exists():
@@ -46,12 +48,37 @@ def read_jsonl(
                 continue
             try:
                 row = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise DataError(path, lineno, None, f"invalid JSON ({e.msg} at column {e.colno})") from e
-            if not isinstance(row, dict):
-                raise DataError(path, lineno, None, f"expected a JSON object, got {type(row).__name__}")
-            check_fields(row, path, lineno, required, nonempty)
-            yield row
+                if not isinstance(row, dict):
+                    raise DataError(
+                        path, lineno, None, f"expected a JSON object, got {type(row).__name__}"
+                    )
+                check_fields(row, path, lineno, required, nonempty)
+            except (json.JSONDecodeError, DataError) as e:
+                error = (
+                    e
+                    if isinstance(e, DataError)
+                    else DataError(
+                        path, lineno, None, f"invalid JSON ({e.msg} at column {e.colno})"
+                    )
+                )
+                if on_error is None:
+                    raise error from None
+                on_error(error)
+                continue
+            yield lineno, row
+
+
+def read_jsonl(
+    path: str | os.PathLike,
+    required: Sequence[str] = (),
+    nonempty: Sequence[str] = (),
+) -> Iterator[dict[str, Any]]:
+    """Yield the JSON objects of a JSONL file; the first bad line raises a located `DataError`.
+
+    `required` fields must be present; `nonempty` fields must also be non-empty.
+    """
+    for _, row in numbered_jsonl(path, required=required, nonempty=nonempty):
+        yield row
 
 
 def check_fields(
@@ -76,7 +103,9 @@ def check_fields(
 
 
 @contextlib.contextmanager
-def atomic_open(path: str | os.PathLike, mode: str = "w", encoding: str | None = "utf-8") -> Iterator[IO]:
+def atomic_open(
+    path: str | os.PathLike, mode: str = "w", encoding: str | None = "utf-8"
+) -> Iterator[IO]:
     """Open a temporary file beside `path`; rename it over `path` only if the block succeeds."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -12,5 +12,7 @@ def get_logger(name: str) -> logging.Logger:
     if not root.handlers:
         from rich.logging import RichHandler
 
-        logging.basicConfig(level=logging.INFO, format="%(message)s", handlers=[RichHandler(show_path=False)])
+        logging.basicConfig(
+            level=logging.INFO, format="%(message)s", handlers=[RichHandler(show_path=False)]
+        )
     return logger

@@ -61,7 +61,9 @@ def build_tiny_t5(
         num_threads=1,
     )
     (out / "spiece.model").write_bytes(model_buf.getvalue())
-    tok = T5Tokenizer.from_pretrained(str(out), model_max_length=model_max_length, extra_ids=0, legacy=False)
+    tok = T5Tokenizer.from_pretrained(
+        str(out), model_max_length=model_max_length, extra_ids=0, legacy=False
+    )
     tok.save_pretrained(str(out))
     torch.manual_seed(seed)
     config = T5Config(
