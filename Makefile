@@ -11,7 +11,7 @@ setup:
 	bash scripts/setup.sh
 
 demo: setup
-	$(PY) scripts/demo.py
+	$(PY) evaluate.py -m experiment=demo
 
 test: setup
 	$(PY) -m pytest -q

@@ -41,7 +41,9 @@ def assert_greedy_chunking(
         assert _words(chunk) <= max_words or len(chunk) == 1
     last = chunks[-1]
     if len(chunks) > 1:
-        assert _words(last) >= min_tail  # a short tail was merged back
+        # a short tail was merged back: either the last chunk stands on its own (>= min_tail
+        # words) or it is the previous chunk plus the tail, which overflowed max_words
+        assert _words(last) >= min(min_tail, max_words + 1)
     # the last chunk is a greedy chunk, plus possibly a merged tail of < min_tail words
     k = 1
     while k < len(last) and _words(last[: k + 1]) <= max_words:

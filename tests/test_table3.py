@@ -39,12 +39,12 @@ def test_layout_order_and_average():
     assert header == [
         "retriever",
         "granularity",
-        "nq/em@100",
-        "nq/em@500",
-        "eq/em@100",
-        "eq/em@500",
-        "avg/em@100",
-        "avg/em@500",
+        "nq EM@100",
+        "nq EM@500",
+        "eq EM@100",
+        "eq EM@500",
+        "Avg EM@100",
+        "Avg EM@500",
     ]
     # paper order: retrievers DPR before GTR, granularities passage, sentence, proposition
     assert [(b[0], b[1]) for b in body] == [
@@ -73,7 +73,7 @@ def test_write_table3_files(tmp_path):
     assert "|  | Sentence | **23.0** | **33.0** | – | – | – | – |" in text  # DPR: no EQ
     with (tmp_path / "table3.csv").open() as f:
         rows = list(csv.reader(f))
-    assert rows[0][:3] == ["retriever", "granularity", "nq/em@100"]
+    assert rows[0][:3] == ["retriever", "granularity", "nq EM@100"]
     assert rows[2] == ["dpr", "sentence", "23.0000", "33.0000", "", "", "", ""]
 
 

@@ -73,8 +73,8 @@ def table3_rows(rows: Iterable[Mapping[str, Any]]) -> tuple[list[str], list[list
     datasets = _ordered({c[2] for c in cells}, DATASET_ORDER)
     budgets = sorted({c[3] for c in cells})
     header = ["retriever", "granularity"]
-    header += [f"{d}/em@{b}" for d in datasets for b in budgets]
-    header += [f"avg/em@{b}" for b in budgets]
+    header += [f"{d} EM@{b}" for d in datasets for b in budgets]
+    header += [f"Avg EM@{b}" for b in budgets]
     body = []
     for r in retrievers:
         for g in grans:
@@ -94,9 +94,9 @@ def _fmt(v: float | None) -> str:
 
 def _markdown(header: list[str], body: list[list[Any]]) -> str:
     budgets = sorted({h.split("@")[1] for h in header[2:]}, key=int)
-    groups = [h.split("/")[0] for h in header[2:]][:: len(budgets)]
+    groups = [h.rsplit(" ", 1)[0] for h in header[2:]][:: len(budgets)]
     top = ["Retriever", "Granularity"] + [
-        f"{_name(g) if g != 'avg' else 'Avg'} EM@{b}" for g in groups for b in budgets
+        f"{_name(g) if g != 'Avg' else 'Avg'} EM@{b}" for g in groups for b in budgets
     ]
     lines = [
         "| " + " | ".join(top) + " |",

@@ -1,0 +1,63 @@
+"""Issue 5 end to end: `evaluate.py` cells with a (tiny, local) reader add EM@l to their row,
+and a budget sweep ends with the paper's Table 3 in the sweep dir."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import subprocess
+import sys
+
+ENV = {
+    **os.environ,
+    "HF_HUB_OFFLINE": "1",
+    "TRANSFORMERS_OFFLINE": "1",
+    "WANDB_MODE": "disabled",
+    "OMP_NUM_THREADS": "1",
+}
+
+
+def test_budget_sweep_with_reader_writes_em_and_table3(repo_root, minilm_path, tmp_path):
+    sweep = tmp_path / "sweep"
+    cmd = [
+        sys.executable,
+        str(repo_root / "evaluate.py"),
+        "-m",
+        "corpus=demo",
+        "dataset=demo",
+        "retriever=minilm",
+        "granularity=proposition",
+        "reader=tiny",
+        "budget=100,500",
+        "limit_questions=24",
+        "topk=[1,5,20]",
+        "hydra.callbacks.aggregate.ks=[1,5]",
+        f"paths.cache_dir={tmp_path / 'cache'}",
+        f"hydra.sweep.dir={sweep}",
+    ]
+    proc = subprocess.run(cmd, cwd=repo_root, env=ENV, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+
+    rows = [json.loads((sweep / str(i) / "results.jsonl").read_text()) for i in range(2)]
+    assert [r["budget"] for r in rows] == [100, 500]
+    for row in rows:
+        em = row[f"em@{row['budget']}"]
+        assert 0.0 <= em <= 100.0
+        assert row["reader"] == "tiny" and row["n_questions"] == 24
+        preds = (sweep / str(rows.index(row)) / "reader_predictions.jsonl").read_text()
+        assert len(preds.splitlines()) == 24
+        # the answer-recall curve of the cell: words 0..500, percent, non-decreasing
+        with open(sweep / str(rows.index(row)) / "answer_recall_by_words.csv") as f:
+            curve = [(int(r["words"]), float(r["recall"])) for r in csv.DictReader(f)]
+        assert curve[0] == (0, 0.0) and curve[-1][0] == 500
+        assert all(a[1] <= b[1] for a, b in zip(curve, curve[1:]))
+        assert curve[100][1] == row["answer_recall@100"]
+
+    table3 = (sweep / "table3.md").read_text()
+    assert "EM@100" in table3 and "EM@500" in table3
+    with open(sweep / "table3.csv") as f:
+        (line,) = list(csv.DictReader(f))
+    assert line["granularity"] == "proposition"
+    assert float(line["demo EM@100"]) == rows[0]["em@100"]
+    assert float(line["demo EM@500"]) == rows[1]["em@500"]
