@@ -138,11 +138,12 @@ def _webq_brmson(path: Path, skips: Skips) -> Iterator[_Raw]:
             yield None, row.get("qId"), row.get("qText"), row.get("answers"), {}, f"[{i}]."
 
 
-def _eq_files(path: Path) -> list[Path]:
+def _eq_files(path: Path, split: str | None = None) -> list[Path]:
     if path.is_dir():
-        files = sorted(path.glob("P*.test.json")) or sorted(path.glob("*.json"))
+        pattern = f"P*.{split or 'test'}.json"
+        files = sorted(path.glob(pattern)) or ([] if split else sorted(path.glob("*.json")))
         if not files:
-            raise DataError(path, None, None, "no EntityQuestions files (P*.test.json) here")
+            raise DataError(path, None, None, f"no EntityQuestions files ({pattern}) here")
         return files
     if not path.exists():
         raise DataError(path, None, None, "file not found")
@@ -243,7 +244,7 @@ def load_questions(
     prefix = id_prefix or path.name.split(".")[0]
     collector = _Collector(skips, prefix, limit)
     if format == "eq":
-        for file in _eq_files(path):
+        for file in _eq_files(path, split):
             relation = file.name.split(".")[0]
             collector.id_prefix = f"{prefix}-{relation}" if path.is_dir() else prefix
             for i, item in enumerate(_json_list(file)):

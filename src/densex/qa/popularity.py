@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from densex.data.questions import load_questions
 from densex.utils.io import DataError, read_json, read_jsonl
 from densex.utils.logging import get_logger
 
@@ -84,32 +85,11 @@ def relation_of(path: str | os.PathLike) -> str:
 
 
 def load_eq_questions(eq_dir: str | os.PathLike, split: str = "test") -> list[dict[str, Any]]:
-    """All `P*.{split}.json` questions with `relation` and the extracted `entity` (None if not)."""
-    files = sorted(Path(eq_dir).glob(f"P*.{split}.json"))
-    if not files:
-        raise DataError(eq_dir, None, None, f"no EntityQuestions files P*.{split}.json")
-    rows: list[dict[str, Any]] = []
-    for path in files:
-        rel = relation_of(path)
-        data = read_json(path)
-        if not isinstance(data, list):
-            raise DataError(path, None, None, "expected a JSON list of {question, answers}")
-        for i, item in enumerate(data):
-            where = f"item {i}"
-            if not isinstance(item, dict) or not isinstance(item.get("question"), str):
-                raise DataError(path, None, "question", f"{where}: missing or not a string")
-            if not isinstance(item.get("answers"), list):
-                raise DataError(path, None, "answers", f"{where}: missing or not a list")
-            entity = extract_entity(item["question"], rel) if rel in TEMPLATES else None
-            rows.append(
-                {
-                    "id": f"{rel}-{i}",
-                    "relation": rel,
-                    "question": item["question"],
-                    "answers": item["answers"],
-                    "entity": entity,
-                }
-            )
+    """All `P*.{split}.json` questions (the project's EQ loader) plus the extracted `entity`."""
+    rows = load_questions(eq_dir, "eq", split=split)
+    for row in rows:
+        rel = row["relation"]
+        row["entity"] = extract_entity(row["question"], rel) if rel in TEMPLATES else None
     return rows
 
 
