@@ -16,6 +16,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from densex.utils.io import write_json
 from densex.utils.logging import get_logger
+from densex.utils.models import resolve_precision
 
 log = get_logger(__name__)
 
@@ -120,6 +121,7 @@ def run(cfg: DictConfig) -> float:
         callbacks=callbacks,
         logger=loggers or False,
         accumulate_grad_batches=accumulate,
+        precision=resolve_precision(cfg.trainer.get("precision", "auto")),
     )
     hparams = {
         "cfg": OmegaConf.to_container(cfg, resolve=True),

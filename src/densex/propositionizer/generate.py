@@ -32,7 +32,7 @@ from densex.propositionizer.parse import (
 from densex.utils.cache import content_key, hash_file
 from densex.utils.io import DataError, read_jsonl, write_jsonl, write_manifest
 from densex.utils.logging import get_logger
-from densex.utils.models import resolve_model
+from densex.utils.models import resolve_model, resolve_precision
 
 log = get_logger(__name__)
 
@@ -293,6 +293,8 @@ def _build_trainer(trainer_cfg: Any, callbacks: list) -> pl.Trainer:
     }
     if trainer_cfg is None:
         return pl.Trainer(accelerator="auto", devices=1, **overrides)
+    if "precision" in trainer_cfg:
+        overrides["precision"] = resolve_precision(trainer_cfg["precision"])
     if "_target_" in trainer_cfg:
         from hydra.utils import instantiate
 

@@ -34,6 +34,7 @@ from densex.utils.io import (
     write_manifest,
 )
 from densex.utils.logging import get_logger
+from densex.utils.models import resolve_precision
 
 log = get_logger(__name__)
 
@@ -313,6 +314,8 @@ def make_trainer(
         use_distributed_sampler=False,
         enable_model_summary=False,
     )
+    if "precision" in cfg:
+        cfg["precision"] = resolve_precision(cfg["precision"])
     if cfg.get("enable_progress_bar", True):
         callbacks = [*callbacks, UnitsProgressBar()]
     return hydra.utils.instantiate(OmegaConf.create(cfg), callbacks=callbacks, _convert_="all")

@@ -32,3 +32,15 @@ def resolve_model(name_or_path: str) -> str:
     if name_or_path.startswith((".", "/", "~")):
         raise FileNotFoundError(f"model path does not exist: {expanded}")
     return name_or_path
+
+
+def resolve_precision(precision: str | int | None) -> str | int | None:
+    """Lightning precision; `auto` means bf16 mixed precision on a GPU that supports it (the
+    setting the paper's models were trained and run in), full fp32 elsewhere."""
+    if str(precision) != "auto":
+        return precision
+    import torch
+
+    if torch.cuda.is_available() and torch.cuda.is_bf16_supported():
+        return "bf16-mixed"
+    return "32-true"
