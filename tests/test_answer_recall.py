@@ -8,7 +8,7 @@ import random
 import numpy as np
 import pytest
 
-from densex.metrics.answers import has_answer
+from densex.metrics.answers import dpr_tokens, has_answer
 from densex.qa.answer_recall import (
     answer_recall_by_words,
     first_answer_word,
@@ -84,6 +84,14 @@ def test_answer_spanning_two_units_and_tokenised_like_dpr():
     assert first_answer_word(words_of(units, 50), ["euros"]) is None
     # accents: NFC and NFD forms match each other, as in DPR
     assert first_answer_word(["Beyonc\u00e9"], ["beyonce\u0301"]) == 1
+
+
+def test_words_are_tokenised_by_the_shared_dpr_tokens_cache():
+    """One DPR tokenisation (and cache) for has_answer and the answer-recall scan."""
+    dpr_tokens.cache_clear()
+    assert first_answer_word(["Paris,", "France"], ["paris , france", "Lyon"]) == 2
+    assert dpr_tokens.cache_info().currsize == 4  # the 2 words and the 2 answers
+    assert dpr_tokens.cache_info().misses == 4
 
 
 def test_regex_answers_match_brute_force():

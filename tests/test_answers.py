@@ -12,6 +12,8 @@ from hypothesis import strategies as st
 
 from densex.metrics.answers import (
     SimpleTokenizer,
+    compile_answer_pattern,
+    dpr_tokens,
     exact_match,
     has_answer,
     normalize_answer,
@@ -68,6 +70,44 @@ def test_regex_mode_curated_trec() -> None:
     assert not has_answer(["After the Fall|Finishing the Play"], "after the fall", "string")
     assert not regex_match("anything", "(unclosed")  # invalid pattern never matches, as DPR
     assert has_answer(["R\u00f6ntgen"], unicodedata.normalize("NFD", "R\u00f6ntgen"), "regex")
+
+
+@pytest.mark.parametrize(
+    "pattern",
+    [
+        "Sne[zž]ka|Sn\\ě\\žka",
+        "Laval|Petain|Marshal Philippe P\\étain",
+        "Robert Wadlow|Sultan K\\ösen",
+    ],
+)
+def test_patterns_broken_by_nfd_never_match_as_in_dpr(pattern: str) -> None:
+    """CuratedTREC patterns that compile as written but not NFD-normalised (as DPR compiles
+    them): `compile_answer_pattern` raises, and so no alternative of theirs ever matches."""
+    regex.compile(pattern)  # fine as written
+    with pytest.raises(regex.error, match="bad escape"):
+        compile_answer_pattern(pattern)
+    for text in ("Snezka", "Marshal Petain", "Robert Wadlow", pattern):
+        assert not regex_match(text, pattern)
+        assert not has_answer([pattern], text, "regex")
+
+
+def test_compile_answer_pattern_is_what_scoring_uses() -> None:
+    compiled = compile_answer_pattern("R\u00f6ntgen|\\bcurie\\b")
+    assert compiled.pattern == unicodedata.normalize("NFD", "R\u00f6ntgen|\\bcurie\\b")
+    assert compiled.flags & regex.IGNORECASE and compiled.flags & regex.MULTILINE
+    assert compiled.search(unicodedata.normalize("NFD", "RÖNTGEN"))
+    assert compiled.search("x\nMarie CURIE")
+
+
+def test_dpr_tokens_are_nfd_uncased_and_memoised() -> None:
+    assert dpr_tokens("Beyonc\u00e9's 1,000") == tuple(
+        TOK.tokenize(unicodedata.normalize("NFD", "Beyonc\u00e9's 1,000"), uncased=True)
+    )
+    assert dpr_tokens("Beyonc\u00e9") == dpr_tokens("beyonce\u0301")
+    hits = dpr_tokens.cache_info().hits
+    dpr_tokens("Beyonc\u00e9's 1,000")
+    assert dpr_tokens.cache_info().hits == hits + 1
+    assert isinstance(dpr_tokens("x"), tuple)  # immutable: safe to share from the cache
 
 
 def test_bad_match_type_and_empty_answers() -> None:

@@ -211,3 +211,98 @@ def test_searcher_is_cached_and_finds_the_unit_itself(
     third = load_or_build_searcher(units_file, cfg, index_cfg, tmp_path, trainer_cfg=CPU)
     assert not third.info["encoded"] and third.info["index_built"]
     assert third.info["embeddings_dir"] == first.info["embeddings_dir"]
+
+
+def test_encoding_precision_is_the_retrievers_and_part_of_the_cache_key(
+    reference, units_file, tiny_bert, tmp_path
+) -> None:
+    """`trainer.precision` (auto = bf16-mixed on a GPU) never reaches unit encoding: the
+    retriever's `precision` (default 32-true) does, and it keys the embeddings cache."""
+    from densex.retrieval.encoders import build_retriever
+
+    bf16_trainer = {**CPU, "precision": "bf16-mixed"}
+    fp32 = load_or_build_searcher(units_file, tiny_bert, None, tmp_path, trainer_cfg=bf16_trainer)
+    bf16_cfg = {**tiny_bert, "precision": "bf16-mixed"}
+    bf16 = load_or_build_searcher(units_file, bf16_cfg, None, tmp_path, trainer_cfg=CPU)
+    assert fp32.info["encoded"] and bf16.info["encoded"]
+    assert fp32.info["embeddings_dir"] != bf16.info["embeddings_dir"]
+    assert fp32.info["index_dir"] != bf16.info["index_dir"]
+    e32 = EmbeddingStore.open(fp32.info["embeddings_dir"])
+    e16 = EmbeddingStore.open(bf16.info["embeddings_dir"])
+    assert e32.manifest["retriever"]["precision"] == "32-true"
+    assert e16.manifest["retriever"]["precision"] == "bf16-mixed"
+    # the default stays fp32 although the trainer config says bf16-mixed
+    np.testing.assert_allclose(e32.embeddings, reference.embeddings, atol=1e-6)
+    # bf16 autocast really ran (Lightning supports bf16-mixed on CPU)
+    gap = np.abs(e16.embeddings - reference.embeddings).max()
+    assert 1e-6 < gap < 0.05
+    # queries/in-process encoding use the same autocast: closer to the bf16 units than fp32 ones
+    units = list(read_jsonl(units_file))
+    in_process = build_retriever(bf16_cfg).encode_units(units)
+    assert in_process.dtype == np.float32
+    assert np.abs(in_process - e16.embeddings).max() < gap / 2
+    # a second call with the bf16 trainer finds the fp32 cache entry again
+    again = load_or_build_searcher(units_file, tiny_bert, None, tmp_path, trainer_cfg=bf16_trainer)
+    assert not again.info["encoded"]
+    assert again.info["embeddings_dir"] == fp32.info["embeddings_dir"]
+
+
+def test_changing_search_params_reuses_the_index(
+    units_file, tiny_bert, tmp_path, monkeypatch
+) -> None:
+    """efSearch/nprobe and the recall check are applied at load time: no rebuild."""
+    import faiss
+
+    hnsw = {"name": "hnsw", "factory": "HNSW32", "params": {"efSearch": 16}, "recall_queries": 5}
+    first = load_or_build_searcher(units_file, tiny_bert, hnsw, tmp_path, trainer_cfg=CPU)
+    assert first.info["index_built"] and first.info["index_recall"]["params"] == {"efSearch": 16}
+
+    def no_build(*args, **kwargs):
+        raise AssertionError("changing search parameters must not rebuild the index")
+
+    monkeypatch.setattr(build_mod, "encode_units_to_dir", no_build)
+    monkeypatch.setattr(build_mod, "build_index", no_build)
+    changed = {**hnsw, "params": {"efSearch": 64}, "recall_queries": 20, "recall_k": 5}
+    second = load_or_build_searcher(units_file, tiny_bert, changed, tmp_path, trainer_cfg=CPU)
+    assert not second.info["index_built"]
+    assert second.info["index_dir"] == first.info["index_dir"]
+    shard = faiss.downcast_index(second.index.shards[0])
+    assert shard.hnsw.efSearch == 64  # the new parameter is applied to the loaded index
+
+
+def test_predict_trainer_from_hydra_node_plain_kwargs_or_none(tmp_path) -> None:
+    """One predict-Trainer builder (encode + generate): predict-only settings, precision
+    resolved, an explicit precision wins over the config's."""
+    from densex.utils.trainer import predict_trainer
+
+    node = OmegaConf.create(
+        {
+            "paths": {"output_dir": str(tmp_path / "out")},
+            "trainer": {
+                "_target_": "pytorch_lightning.Trainer",
+                "accelerator": "cpu",
+                "devices": 1,
+                "precision": "bf16-mixed",
+                "enable_progress_bar": False,
+                "default_root_dir": "${paths.output_dir}",
+            },
+        }
+    )
+    t = predict_trainer(node.trainer)
+    assert t.precision == "bf16-mixed" and t.logger is None
+    assert t.default_root_dir == str(tmp_path / "out")
+    assert t.checkpoint_callback is None
+    t = predict_trainer(node.trainer, root_dir=tmp_path / "enc", precision="32-true")
+    assert t.precision == "32-true" and t.default_root_dir == str(tmp_path / "enc")
+    # a standalone node whose interpolation cannot resolve is fine when root_dir replaces it
+    alone = OmegaConf.create(OmegaConf.to_container(node.trainer, resolve=False))
+    assert predict_trainer(alone, root_dir=tmp_path).default_root_dir == str(tmp_path)
+    t = predict_trainer(
+        {**CPU, "precision": "auto"}, callbacks=[EmbeddingShardWriter(tmp_path, [], {}, "float32")]
+    )
+    assert t.precision == (
+        "bf16-mixed" if torch.cuda.is_available() and torch.cuda.is_bf16_supported() else "32-true"
+    )
+    assert any(isinstance(c, EmbeddingShardWriter) for c in t.callbacks)
+    t = predict_trainer(None)
+    assert t.num_devices == 1 and t.logger is None

@@ -285,3 +285,55 @@ def test_minilm_matches_sentence_transformers(minilm_path, squad_open: Path) -> 
     np.testing.assert_allclose(r.encode_queries(TEXTS), st.encode(TEXTS), atol=1e-5)
     # query and document sides share one copy of the weights
     assert r.query_encoder.model is r.doc_encoder.model
+
+
+def test_long_query_through_minilm_config_equals_sentence_transformers(
+    minilm_path, repo_root: Path
+) -> None:
+    """`query_max_length: null` = the module's max_seq_length, as `SentenceTransformer.encode`
+    (a 64-token cut would change a 400-word query's vector)."""
+    from sentence_transformers import SentenceTransformer
+
+    cfg = OmegaConf.load(repo_root / "conf/retriever/minilm.yaml")
+    cfg.device = "cpu"
+    r = build_retriever(cfg)
+    st = SentenceTransformer(minilm_path, device="cpu")
+    words = ("the quick brown fox jumps over a lazy dog near Paris in 1889 " * 40).split()
+    query = " ".join(words[:400])
+    assert r.query_encoder.max_length == st.max_seq_length == 256
+    np.testing.assert_allclose(r.encode_queries([query]), st.encode([query]), atol=1e-5)
+
+
+def test_retriever_configs_encode_in_fp32_without_a_64_token_query_cut(repo_root: Path) -> None:
+    for path in sorted((repo_root / "conf/retriever").glob("*.yaml")):
+        cfg = OmegaConf.load(path)
+        if cfg.get("type", "dense") != "dense":
+            continue
+        spec = RetrieverSpec.from_cfg(cfg)
+        assert spec.precision == "32-true", path.name
+        assert spec.query_max_length is None, path.name
+        assert spec.cache_fields("doc")["precision"] == "32-true"
+    with pytest.raises(ValueError, match="precision"):
+        RetrieverSpec.from_cfg({"name": "x", "query_model": "m", "precision": "bf16"})
+
+
+def test_hf_query_max_length_none_is_the_model_limit(tiny_models) -> None:
+    """hf backend: `None` truncates at the tokenizer/model limit (128 positions here)."""
+    r = build_retriever(_cfg("contriever", str(tiny_models["bert"]), query_max_length=None))
+    assert r.query_encoder.max_length == 128
+    long = " ".join(["word"] * 400)
+    assert r.encode_queries([long]).shape == (1, 32)  # no position-embedding overflow
+
+
+def test_bf16_precision_autocasts_queries_like_units(tiny_models) -> None:
+    """`precision: bf16-mixed` encodes queries under the autocast Lightning uses for units."""
+    path = str(tiny_models["bert"])
+    fp32 = build_retriever(_cfg("contriever", path, pooling="mean"))
+    bf16 = build_retriever(_cfg("contriever", path, pooling="mean", precision="bf16-mixed"))
+    a, b = fp32.encode_queries(TEXTS), bf16.encode_queries(TEXTS)
+    assert b.dtype == np.float32
+    assert 1e-6 < np.abs(a - b).max() < 0.05  # autocast ran (fp32 reruns are bit-identical)
+    with torch.autocast("cpu", dtype=torch.bfloat16), torch.inference_mode():
+        feats = bf16.query_encoder.tokenize(TEXTS)
+        want = bf16.query_encoder(feats).float().numpy()
+    np.testing.assert_allclose(b, want, atol=1e-6)

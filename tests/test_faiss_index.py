@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import faiss
@@ -144,3 +145,52 @@ def test_use_gpu_true_without_gpu_fails_loudly() -> None:
         pytest.skip("a GPU is present")
     with pytest.raises(RuntimeError, match="no GPU"):
         build_index(_vectors(10, 4), {"name": "flat", "use_gpu": True})
+
+
+class _FakeGpuShard:
+    """Stands in for a faiss GPU index: refuses k above the (patched) selection limit."""
+
+    def __init__(self, inner: faiss.Index, limit: int) -> None:
+        self.inner, self.limit = inner, limit
+        self.ntotal, self.d = inner.ntotal, inner.d
+
+    def search(self, q: np.ndarray, k: int):
+        assert k <= self.limit, f"faiss GPU: k={k} > {self.limit}"
+        return self.inner.search(q, k)
+
+
+def test_gpu_shards_above_the_selection_limit_search_a_cpu_copy(monkeypatch) -> None:
+    from densex.retrieval import faiss_index as fi
+
+    x, q = _vectors(300, 16, 12), _vectors(6, 16, 13)
+    index = build_index(x, {"name": "flat", "num_shards": 2})
+    limit = 8
+    monkeypatch.setattr(fi, "GPU_MAX_K", limit)
+    monkeypatch.setattr(fi, "_is_gpu", lambda s: isinstance(s, _FakeGpuShard))
+    copies: list = []
+
+    def to_cpu(shard):
+        copies.append(shard)
+        return faiss.clone_index(shard.inner)
+
+    monkeypatch.setattr(fi, "_to_cpu", to_cpu)
+    index.shards = [_FakeGpuShard(s, limit) for s in index.shards]
+    small = index.search(q, limit)  # within the limit: the "GPU" shards themselves
+    assert copies == []
+    want_d, want_i = exact_knn(x, q, 100)
+    np.testing.assert_array_equal(small[1], want_i[:, :limit])
+    scores, rows = index.search(q, 100)
+    assert len(copies) == 2
+    np.testing.assert_array_equal(rows, want_i)
+    np.testing.assert_allclose(scores, want_d, rtol=1e-5, atol=1e-5)
+    index.search(q, 50)
+    assert len(copies) == 2  # one CPU copy per shard, kept
+
+
+def test_search_params_are_not_part_of_the_build_key() -> None:
+    base = IndexSpec.from_cfg(
+        {"name": "ivf", "factory": "IVF{nlist},Flat", "params": {"nprobe": 8}}
+    )
+    changed = dataclasses.replace(base, params={"nprobe": 64}, recall_queries=50, recall_k=3)
+    assert base.cache_fields() == changed.cache_fields()
+    assert base.cache_fields() != dataclasses.replace(base, train_size=10).cache_fields()

@@ -273,3 +273,32 @@ def test_ddp_spawn_two_processes_match_one(tiny_t5, squad_open, tmp_path):
     two = generate_propositions(passages_path, _cfg(tiny_t5), tmp_path / "two" / "p.jsonl", ddp)
     assert two.read_bytes() == one.read_bytes()
     assert json.loads(manifest_path(two).read_text())["shards"]["generated"] == 4
+
+
+def test_passages_are_read_by_the_corpus_reader(tiny_t5, tmp_path, monkeypatch):
+    """generate reads passages with `densex.corpus.readers.read_passages`: a missing title is
+    "" (the source format has one), blank text is a located error, `on_error: skip` drops it."""
+    rows = [
+        {"id": "a", "text": "A is B."},  # no title, no section
+        {"id": "b", "title": "T", "section": "S", "text": "   "},
+        {"id": "c", "title": "T", "text": "C is D."},
+    ]
+    path = tmp_path / "p.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    with pytest.raises(DataError) as e:
+        generate_propositions(path, _cfg(tiny_t5), tmp_path / "o" / "p.jsonl", TRAINER)
+    assert (e.value.path, e.value.line, e.value.field) == (str(path), 2, "text")
+
+    built = []
+    original = gen.predict_trainer
+
+    def spy(*args, **kwargs):
+        built.append(kwargs)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(gen, "predict_trainer", spy)
+    out = generate_propositions(
+        path, _cfg(tiny_t5, on_error="skip"), tmp_path / "o" / "p.jsonl", TRAINER
+    )
+    assert [r["id"] for r in _read(out)] == ["a", "c"]
+    assert len(built) == 1  # the shared predict-Trainer builder (densex.utils.trainer)

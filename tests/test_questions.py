@@ -2,13 +2,21 @@
 
 from __future__ import annotations
 
+import json
+import logging
 from pathlib import Path
 
 import pytest
 from omegaconf import OmegaConf
 
 from densex.corpus.readers import Skips
-from densex.data.questions import load_dataset_questions, load_questions, questions_from_hf
+from densex.data.questions import (
+    UnmatchablePattern,
+    load_dataset_questions,
+    load_questions,
+    questions_from_hf,
+)
+from densex.metrics.answers import has_answer
 from densex.utils.io import DataError
 
 REAL = {
@@ -233,7 +241,54 @@ def test_regex_datasets_reject_invalid_patterns(tmp_path) -> None:
     with pytest.raises(DataError, match="invalid regex") as err:
         load_dataset_questions(cfg)
     assert err.value.field == "answers[1]"
+    assert err.value.line == 1
     assert load_dataset_questions({**cfg, "match": "string"})[0]["answers"] == [
         "ok|fine",
         "(broken",
     ]
+
+
+def test_curated_patterns_broken_by_nfd_are_reported(repo_root, shared_data, caplog) -> None:
+    """The loader compiles what the scorer compiles (NFD-normalised): exactly three shipped
+    CuratedTREC patterns compile as written but not so, and never match, as in DPR."""
+    cfg = _dataset_cfg(repo_root, shared_data, "curated")
+    found: list[UnmatchablePattern] = []
+    with caplog.at_level(logging.WARNING, logger="densex.data.questions"):
+        rows = load_dataset_questions(cfg, unmatchable=found)
+    assert len(rows) == 694  # kept: DPR parity, they score as misses
+    assert [(u.line, u.question_id, u.field) for u in found] == [
+        (159, "curated-158", "answers[0]"),
+        (520, "curated-519", "answers[0]"),
+        (680, "curated-679", "answers[0]"),
+    ]
+    by_id = {r["id"]: r for r in rows}
+    assert [by_id[u.question_id]["question"] for u in found] == [
+        "What is the highest mountain in the Czech Republic?",
+        "Who was the president of Vichy France?",
+        "Who is the tallest man in the world?",
+    ]
+    assert all("bad escape" in u.error and u.source == cfg.path for u in found)
+    for u in found:
+        assert f"{cfg.path}:{u.line}" in caplog.text
+        assert u.pattern == by_id[u.question_id]["answers"][0]
+    assert "3 regex answers of 3 questions never match" in caplog.text
+    # and scoring agrees: not even the plain alternative "Petain" matches
+    assert not has_answer([found[1].pattern], "Marshal Petain led Vichy France", "regex")
+
+
+def test_nfd_broken_regex_is_kept_and_located(tmp_path, caplog) -> None:
+    broken = "P\\\u00e9tain|Petain"  # compiles; NFD gives "P\\e" + U+0301, a bad escape
+    records = [
+        {"question": "q0", "answers": ["fine"]},
+        {"question": "q1", "answers": ["ok", broken]},
+    ]
+    path = _write(tmp_path, "trec.json", json.dumps(records))
+    cfg = {"name": "trec", "path": str(path), "format": "eq", "match": "regex"}
+    found: list[UnmatchablePattern] = []
+    with caplog.at_level(logging.WARNING, logger="densex.data.questions"):
+        rows = load_dataset_questions(cfg, unmatchable=found)
+    assert rows[1]["answers"] == ["ok", broken]
+    assert [(u.line, u.field, u.question_id) for u in found] == [(None, "[1].answers[1]", "trec-1")]
+    assert f"{path} [1].answers[1]" in caplog.text
+    assert load_dataset_questions({**cfg, "match": "string"}) == rows  # string mode: no check
+    assert load_dataset_questions(cfg) == rows  # without the out-list: logged, nothing raised

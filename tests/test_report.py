@@ -170,3 +170,68 @@ def test_callback_writes_table3_and_plot_when_jobs_have_them(tmp_path):
     assert (tmp_path / "answer_recall_by_words.png").stat().st_size > 1000
     # the budget sweep repeats the gtr/passage retrieval cell: averaged, not duplicated
     assert [r["granularity"] for r in out["table2"]] == ["passage", "proposition", "gain"]
+
+
+def test_table2_keeps_corpus_and_index_conditions_apart():
+    """A sweep over index=flat,hnsw must not average the two indexes into one cell."""
+    rows = [
+        _row("dpr", "passage", "nq", 20.0, 40.0, index="flat"),
+        _row("dpr", "passage", "nq", 10.0, 30.0, index="hnsw"),
+        _row("dpr", "proposition", "nq", 30.0, 50.0, index="flat"),
+        _row("dpr", "proposition", "nq", 14.0, 34.0, index="hnsw"),
+    ]
+    table = table2_rows(rows)
+    assert [(r["retriever"], r["index"], r["granularity"]) for r in table] == [
+        ("dpr", "flat", "passage"),
+        ("dpr", "flat", "proposition"),
+        ("dpr", "flat", "gain"),
+        ("dpr", "hnsw", "passage"),
+        ("dpr", "hnsw", "proposition"),
+        ("dpr", "hnsw", "gain"),
+    ]
+    assert "corpus" not in table[0]  # the corpus does not vary: no column for it
+    assert table[0]["nq R@5"] == 20.0 and table[3]["nq R@5"] == 10.0
+    assert table[2]["nq R@5"] == pytest.approx(10.0) and table[5]["nq R@5"] == pytest.approx(4.0)
+    md = table2_markdown(table)
+    assert "| Retriever | Index | Granularity | NQ R@5 |" in md
+    assert "| dpr | hnsw | Passage | 10.0 | 30.0 |" in md
+    # the corpus too
+    rows = [_row("dpr", "passage", "nq", 20.0, 40.0), {**_row("dpr", "passage", "nq", 9.0, 9.0)}]
+    rows[1]["corpus"] = "wiki"
+    table = table2_rows(rows)
+    assert [(r["corpus"], r["nq R@5"]) for r in table] == [("c", 20.0), ("wiki", 9.0)]
+
+
+def test_table2_rejects_duplicates_that_differ_in_unshown_settings(tmp_path):
+    rows = [
+        _row("dpr", "passage", "nq", 20.0, 40.0, budget=100, job_dir="sweep/0"),
+        _row("dpr", "passage", "nq", 25.0, 45.0, budget=100, job_dir="sweep/1"),
+    ]
+    with pytest.raises(DataError, match=r"same Table 2 cell.*also in sweep/0"):
+        table2_rows(rows)
+    # a budget or reader repeat is the same retrieval: averaged
+    rows[1]["reader"] = "tiny"
+    (line,) = table2_rows(rows)
+    assert line["nq R@5"] == pytest.approx(22.5)
+    # the CSV carries a varying condition as a label column
+    write_table2(
+        [_row("dpr", "passage", "nq", 1.0, 2.0, index=i) for i in ("flat", "hnsw")], tmp_path
+    )
+    with open(tmp_path / "table2.csv") as f:
+        got = list(csv.DictReader(f))
+    assert list(got[0])[:3] == ["retriever", "index", "granularity"]
+    assert [g["index"] for g in got] == ["flat", "hnsw"]
+
+
+def test_shared_naming_covers_both_tables():
+    from densex.report import naming, table2, table3
+
+    assert table2.RETRIEVER_ORDER is naming.RETRIEVER_ORDER is table3.RETRIEVER_ORDER
+    assert {"bm25", "minilm"} <= set(naming.RETRIEVER_ORDER)
+    assert naming.display_name("tasb") == "TAS-B" and naming.display_name("demo") == "Demo"
+    assert naming.ordered(["x", "gtr", "y", "dpr", "x"], naming.RETRIEVER_ORDER) == [
+        "dpr",
+        "gtr",
+        "x",
+        "y",
+    ]

@@ -100,3 +100,56 @@ def test_plot_answer_recall_from_job_dirs(tmp_path):
     out = plot_answer_recall(dirs, tmp_path / "fig" / "recall.png")
     assert out == tmp_path / "fig" / "recall.png" and out.stat().st_size > 5000
     assert plot_answer_recall([tmp_path / "nothing"], tmp_path / "x.png") is None
+
+
+def test_table3_keeps_conditions_apart_and_rejects_true_duplicates():
+    import pytest
+
+    from densex.utils.io import DataError
+
+    base = {"retriever": "gtr", "granularity": "passage", "dataset": "nq", "budget": 100}
+    rows = [
+        {**base, "reader": "unifiedqa", "index": "flat", "em@100": 30.0},
+        {**base, "reader": "unifiedqa", "index": "hnsw", "em@100": 20.0},
+        {**base, "reader": "tiny", "index": "flat", "em@100": 5.0},
+    ]
+    header, body = table3_rows(rows)
+    assert header[:4] == ["retriever", "index", "reader", "granularity"]
+    assert [b[:5] for b in body] == [
+        ["gtr", "flat", "unifiedqa", "passage", 30.0],
+        ["gtr", "hnsw", "unifiedqa", "passage", 20.0],
+        ["gtr", "flat", "tiny", "passage", 5.0],
+    ]
+    # the same cell twice (a sweep over something the table does not show): an error, not
+    # "the later row wins"
+    dup = [{**rows[0], "job_dir": "s/0"}, {**rows[0], "em@100": 31.0, "job_dir": "s/1"}]
+    with pytest.raises(DataError, match=r"same Table 3 cell.*also in s/0"):
+        table3_rows(dup)
+
+
+def test_write_table3_with_a_varying_condition(tmp_path):
+    rows = [
+        {
+            "retriever": "gtr",
+            "granularity": g,
+            "dataset": "nq",
+            "index": i,
+            "budget": 100,
+            "em@100": em,
+        }
+        for g, i, em in [
+            ("passage", "flat", 30.0),
+            ("proposition", "flat", 35.0),
+            ("passage", "hnsw", 28.0),
+            ("proposition", "hnsw", 26.0),
+        ]
+    ]
+    text = write_table3(rows, tmp_path).read_text()
+    assert "| Retriever | Index | Granularity | NQ EM@100 | Avg EM@100 |" in text
+    assert "| GTR | flat | Passage | 30.0 | 30.0 |" in text
+    assert "|  |  | Proposition | **35.0** | **35.0** |" in text
+    assert "| GTR | hnsw | Passage | **28.0** | **28.0** |" in text  # best within its block
+    with (tmp_path / "table3.csv").open() as f:
+        lines = list(csv.reader(f))
+    assert lines[0][:3] == ["retriever", "index", "granularity"]
+    assert lines[3] == ["gtr", "hnsw", "passage", "28.0000", "28.0000"]

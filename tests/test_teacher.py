@@ -293,3 +293,28 @@ def test_fill_prompt_leaves_other_braces_alone():
     assert fill_prompt(template, p) == (
         'Output: ["x"] {"a": 1}\nInput: Title: {text}. Section: . Content: Braces {title} stay {}.'
     )
+
+
+def test_changed_max_tokens_or_temperature_misses_the_cache(data, env, tmp_path, repo_root):
+    """Raising max_tokens to fix truncated replies must ask again, not reuse the cut replies."""
+    path, passages, teacher, prompts = data
+    server = FakeChatServer({p: json.dumps(t) for p, t in zip(prompts, teacher)})
+    try:
+        cfg = _cfg(server, tmp_path / "cache", repo_root, max_tokens=700)
+        generate_propositions(path, cfg, tmp_path / "a" / "p.jsonl")
+        assert len(server.requests) == 6
+        generate_propositions(path, cfg, tmp_path / "b" / "p.jsonl")  # same settings: cached
+        assert len(server.requests) == 6
+        out = generate_propositions(path, {**cfg, "max_tokens": 2048}, tmp_path / "c" / "p.jsonl")
+        assert len(server.requests) == 12
+        assert {r["body"]["max_tokens"] for r in server.requests[6:]} == {2048}
+        assert json.loads(manifest_path(out).read_text())["requests"]["cache_hits"] == 0
+        generate_propositions(path, {**cfg, "temperature": 0.7}, tmp_path / "d" / "p.jsonl")
+        assert len(server.requests) == 18
+        # the seed only seeds back-off jitter (never sent): same key
+        generate_propositions(path, {**cfg, "seed": 5}, tmp_path / "e" / "p.jsonl")
+        assert len(server.requests) == 18
+    finally:
+        server.close()
+    entry = json.loads(next((tmp_path / "cache").rglob("*.json")).read_text())
+    assert set(entry["generation"]) == {"temperature", "max_tokens"}

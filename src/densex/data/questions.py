@@ -15,6 +15,11 @@ Formats (`dataset.format`):
 Formats without ids get `f"{id_prefix}-{index}"`: index = line number - 1 for line-based files,
 else the record's position (from 0) — stable across runs and unaffected by skipped records.
 Answers keep their order with exact duplicates removed (no metric depends on duplicates).
+
+`match: regex` answers (CuratedTREC) are compiled up front with the scorer's own
+`compile_answer_pattern`: a pattern broken as written is a `DataError`; one that compiles as
+written but not once NFD-normalised (as DPR and the scorer compile it, e.g. `P\\étain`) never
+matches — kept, as in DPR, but counted and logged with its file and line (`UnmatchablePattern`).
 """
 
 from __future__ import annotations
@@ -23,16 +28,27 @@ import ast
 import csv
 import os
 from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import regex
+
 from densex.corpus.readers import Skips, load_hf, numbered_jsonl
+from densex.metrics.answers import compile_answer_pattern
 from densex.utils.io import DataError, read_json
 from densex.utils.logging import get_logger
 
 log = get_logger(__name__)
 
-__all__ = ["FORMATS", "HF_SCHEMAS", "load_dataset_questions", "load_questions", "questions_from_hf"]
+__all__ = [
+    "FORMATS",
+    "HF_SCHEMAS",
+    "UnmatchablePattern",
+    "load_dataset_questions",
+    "load_questions",
+    "questions_from_hf",
+]
 
 FORMATS = ("jsonl", "dpr-jsonl", "nq-open", "dpr-tsv", "webq-brmson", "eq", "squad", "hf")
 HF_SCHEMAS = ("nq_open", "trivia_qa", "web_questions", "squad", "generic")
@@ -49,6 +65,7 @@ class _Collector:
         self.skips, self.id_prefix, self.limit = skips, id_prefix, limit
         self.rows: list[dict[str, Any]] = []
         self.ids: set[str] = set()
+        self.where: dict[str, tuple[Any, int | None, str]] = {}  # id -> (source, line, prefix)
 
     @property
     def full(self) -> bool:
@@ -80,6 +97,7 @@ class _Collector:
                 DataError(source, line, f"{where}id", f"duplicate question id {qid!r}")
             )
         self.ids.add(qid)
+        self.where[qid] = (source, line, where)
         self.rows.append({"id": qid, "question": question.strip(), "answers": kept, **extra})
 
 
@@ -204,14 +222,20 @@ def questions_from_hf(
     skips: Skips | None = None,
 ) -> list[dict[str, Any]]:
     """Question rows from a loaded `datasets.Dataset` with a known column layout."""
+    return _from_hf(ds, schema, id_prefix, source, limit, skips or Skips(on_error)).rows
+
+
+def _from_hf(
+    ds: Any, schema: str, id_prefix: str, source: str, limit: int | None, skips: Skips
+) -> _Collector:
     schema = _hf_schema(None, schema)
-    collector = _Collector(skips or Skips(on_error), id_prefix, limit)
+    collector = _Collector(skips, id_prefix, limit)
     for i, row in enumerate(ds):
         if collector.full:
             break
         qid, answers, field = _hf_answers(schema, row)
         collector.add(source, (None, qid, row.get("question"), answers, {}, f"[{i}]."), i, field)
-    return collector.rows
+    return collector
 
 
 def load_questions(
@@ -232,14 +256,29 @@ def load_questions(
     `on_error="skip"` they are counted in `skips` (pass one in to read the counts).
     """
     skips = skips or Skips(on_error)
+    return _load(
+        path, format, split=split, hf_name=hf_name, limit=limit, id_prefix=id_prefix,
+        hf_schema=hf_schema, skips=skips,
+    ).rows  # fmt: skip
+
+
+def _load(
+    path: str | os.PathLike,
+    format: str,
+    *,
+    split: str | None,
+    hf_name: str | None,
+    limit: int | None,
+    id_prefix: str | None,
+    hf_schema: str | None,
+    skips: Skips,
+) -> _Collector:
     if format == "hf":
         ds = load_hf(path, hf_name, split)
         schema = _hf_schema(path, hf_schema)
         prefix = id_prefix or _hf_schema(path, None)
-        rows = questions_from_hf(
-            ds, schema, id_prefix=prefix, source=f"{path}[{split}]", limit=limit, skips=skips
-        )
-        return _done(path, rows, skips)
+        collector = _from_hf(ds, schema, prefix, f"{path}[{split}]", limit, skips)
+        return _done(path, collector, skips)
     path = Path(os.path.expanduser(str(path)))
     prefix = id_prefix or path.name.split(".")[0]
     collector = _Collector(skips, prefix, limit)
@@ -254,7 +293,7 @@ def load_questions(
                     extra = {"relation": relation}
                     raw = (None, None, row.get("question"), row.get("answers"), extra, f"[{i}].")
                     collector.add(file, raw, i)
-        return _done(path, collector.rows, skips)
+        return _done(path, collector, skips)
     if format == "jsonl":
         records = _jsonl(path, skips, "id", "answers")
     elif format in ("dpr-jsonl", "nq-open"):
@@ -273,40 +312,93 @@ def load_questions(
             break
         # line-numbered formats index by line, so a skipped line never shifts later ids
         collector.add(path, raw, raw[0] - 1 if raw[0] is not None else i, field)
-    return _done(path, collector.rows, skips)
+    return _done(path, collector, skips)
 
 
-def _done(path: Any, rows: list[dict[str, Any]], skips: Skips) -> list[dict[str, Any]]:
+def _done(path: Any, collector: _Collector, skips: Skips) -> _Collector:
     if skips.total:
         log.warning("%s: skipped %d bad records %s", path, skips.total, dict(skips.by_field))
-    if not rows:
+    if not collector.rows:
         raise DataError(path, None, None, "no questions")
-    return rows
+    return collector
 
 
-def load_dataset_questions(dataset_cfg: Mapping[str, Any], limit: int | None = None) -> list[dict]:
-    """The questions of a `conf/dataset/*.yaml` entry; with `match: regex`, the answer
-    patterns are compiled up front so a broken one fails here, not silently at scoring."""
-    rows = load_questions(
+@dataclass(frozen=True)
+class UnmatchablePattern:
+    """A regex answer that compiles as written but not as DPR (and `has_answer`) compile it,
+    NFD-normalised, so it never matches: `P\\étain` -> `P\\e` + U+0301 ("bad escape \\e")."""
+
+    source: str
+    line: int | None  # None for records of JSON files / HF datasets (see `field`)
+    field: str
+    question_id: str
+    pattern: str
+    error: str
+
+    def __str__(self) -> str:
+        where = f"{self.source}:{self.line}" if self.line is not None else self.source
+        return (
+            f"{where} {self.field}: question {self.question_id!r}: {self.pattern!r} never "
+            f"matches once NFD-normalised ({self.error})"
+        )
+
+
+def _check_regex_answers(collector: _Collector) -> list[UnmatchablePattern]:
+    """Compile every answer as the scorer does; raise for a pattern broken as written, and
+    return those broken only by the NFD normalisation (DPR scores them as never matching)."""
+    unmatchable = []
+    for row in collector.rows:
+        source, line, where = collector.where[row["id"]]
+        for i, pattern in enumerate(row["answers"]):
+            field = f"{where}answers[{i}]"
+            try:
+                compile_answer_pattern(pattern)
+                continue
+            except regex.error as e:
+                error = str(e)
+            try:
+                regex.compile(pattern)
+            except regex.error as e:
+                raise DataError(
+                    source, line, field, f"question {row['id']!r}: invalid regex {pattern!r} ({e})"
+                ) from e
+            unmatchable.append(
+                UnmatchablePattern(str(source), line, field, row["id"], pattern, error)
+            )
+    return unmatchable
+
+
+def load_dataset_questions(
+    dataset_cfg: Mapping[str, Any],
+    limit: int | None = None,
+    *,
+    unmatchable: list[UnmatchablePattern] | None = None,
+) -> list[dict]:
+    """The questions of a `conf/dataset/*.yaml` entry. With `match: regex`, the answer
+    patterns are compiled up front as the scorer compiles them: a pattern broken as written
+    raises a `DataError`; one that only fails once NFD-normalised is kept (it never matches, as
+    in DPR) and logged with its file and line, and appended to `unmatchable` when given."""
+    collector = _load(
         dataset_cfg["path"],
         dataset_cfg["format"],
         split=dataset_cfg.get("split"),
         hf_name=dataset_cfg.get("hf_name"),
         limit=limit if limit is not None else dataset_cfg.get("limit"),
-        on_error=dataset_cfg.get("on_error") or "raise",
         id_prefix=dataset_cfg.get("name"),
         hf_schema=dataset_cfg.get("hf_schema"),
+        skips=Skips(dataset_cfg.get("on_error") or "raise"),
     )
     if (dataset_cfg.get("match") or "string") == "regex":
-        import regex
-
-        for row in rows:
-            for i, pattern in enumerate(row["answers"]):
-                try:
-                    regex.compile(pattern)
-                except regex.error as e:
-                    raise DataError(
-                        dataset_cfg["path"], None, f"answers[{i}]",
-                        f"question {row['id']!r}: invalid regex {pattern!r} ({e})",
-                    ) from e  # fmt: skip
-    return rows
+        found = _check_regex_answers(collector)
+        if found:
+            log.warning(
+                "%s: %d regex answers of %d questions never match (they fail to compile once "
+                "NFD-normalised; DPR scores them as misses too):\n  %s",
+                dataset_cfg["path"],
+                len(found),
+                len({u.question_id for u in found}),
+                "\n  ".join(map(str, found)),
+            )
+        if unmatchable is not None:
+            unmatchable.extend(found)
+    return collector.rows

@@ -2,7 +2,10 @@
 
 - `has_answer`: DPR's retrieval judge (dpr/data/qa_validation.py). String mode: NFD-normalise,
   tokenise with DPR's `SimpleTokenizer`, and look for any answer as an uncased token
-  subsequence of the text. Regex mode (CuratedTREC): search each pattern, case-insensitively.
+  subsequence of the text (`dpr_tokens`). Regex mode (CuratedTREC): search each pattern,
+  case-insensitively, compiled by `compile_answer_pattern` (the pattern is NFD-normalised
+  first, as in DPR: `P\\étain` becomes `P\\e` + U+0301, a bad escape, so such a pattern never
+  matches — the loader counts and logs these).
 - `normalize_answer` / `exact_match`: the SQuAD v1.1 EM used for the reader (lower, strip ASCII
   punctuation, drop a/an/the, squash whitespace).
 
@@ -23,6 +26,8 @@ import regex
 
 __all__ = [
     "SimpleTokenizer",
+    "compile_answer_pattern",
+    "dpr_tokens",
     "exact_match",
     "has_answer",
     "normalize_answer",
@@ -57,22 +62,37 @@ def _nfd(text: str) -> str:
     return unicodedata.normalize("NFD", text)
 
 
-@lru_cache(maxsize=1 << 16)
-def _text_tokens(text: str) -> tuple[str, ...]:
+def _tokenize(text: str) -> tuple[str, ...]:
     return tuple(_TOKENIZER.tokenize(_nfd(text), uncased=True))
 
 
+@lru_cache(maxsize=1 << 18)
+def dpr_tokens(text: str) -> tuple[str, ...]:
+    """DPR's match tokens of a short string (an answer, a word): NFD, `SimpleTokenizer`,
+    uncased. Memoised: answers and words repeat across thousands of passages and questions."""
+    return _tokenize(text)
+
+
 @lru_cache(maxsize=1 << 16)
-def _answer_tokens(answer: str) -> tuple[str, ...]:
-    return tuple(_TOKENIZER.tokenize(_nfd(answer), uncased=True))
+def _text_tokens(text: str) -> tuple[str, ...]:
+    """`dpr_tokens` of a passage; a smaller cache, since passages are long."""
+    return _tokenize(text)
+
+
+_REGEX_FLAGS = regex.IGNORECASE | regex.UNICODE | regex.MULTILINE
+
+
+def compile_answer_pattern(pattern: str) -> regex.Pattern:
+    """A regex answer exactly as DPR's `regex_match` compiles it: NFD-normalised, with
+    IGNORECASE | UNICODE | MULTILINE. Raises `regex.error` where DPR's compile fails (and DPR
+    then scores the pattern as never matching)."""
+    return regex.compile(_nfd(pattern), flags=_REGEX_FLAGS)
 
 
 @lru_cache(maxsize=1 << 12)
 def _compile(pattern: str) -> regex.Pattern | None:
     try:
-        return regex.compile(
-            _nfd(pattern), flags=regex.IGNORECASE | regex.UNICODE | regex.MULTILINE
-        )
+        return compile_answer_pattern(pattern)
     except regex.error:
         return None
 
@@ -101,7 +121,7 @@ def has_answer(answers: Iterable[str], text: str, match_type: str = "string") ->
     if match_type == "string":
         tokens = _text_tokens(text)
         for answer in answers:
-            needle = _answer_tokens(answer)
+            needle = dpr_tokens(answer)
             if needle and _contains(tokens, needle):
                 return True
         return False

@@ -3,11 +3,19 @@
 units (cached) -> unit index (cached) -> max-over-units passage search -> passage recall@k with
 DPR's has_answer -> QA under a word budget. Writes into the run dir:
 - `results.jsonl`: one row, the cell's config keys + metrics (what the sweep callback reads);
-- `retrieval.json`: DPR's retrieval-results format, which pyserini/DPR evaluators read;
+- `retrieval.json`: DPR's retrieval-results format (a list of `{question, answers, ctxs:
+  [{id, title, text, score, has_answer}]}`), what DPR's reader and evaluators read;
+- `retrieval.pyserini.json`: the same passages in pyserini's format (`{qid: {question, answers,
+  contexts: [{docid, score, text: "title\\ntext", has_answer}]}}`), which
+  `python -m pyserini.eval.evaluate_dpr_retrieval --retrieval FILE --topk 5 20` reads;
 - `recall_at_k.csv`: recall@k for k = 1..max(topk);
 - `answer_recall_by_words.csv` (+ `em@{budget}` in the row when a reader is set).
 Recall, EM and answer recall are percentages, as in the paper's tables. Returns recall@20 (or
 the largest cut-off below it) so Hydra sweepers can optimise it.
+
+With `trainer.strategy=ddp` (not spawn) every rank runs this script: all of them take part in
+encoding (inside `load_or_build_searcher`), then the ranks other than 0 return NaN and write
+nothing, so one process searches and writes the run dir and W&B.
 """
 
 from __future__ import annotations
@@ -66,7 +74,7 @@ def load_units(
     return passages, units, np.asarray(rows, dtype=np.int64)
 
 
-def recall_curve(hits: np.ndarray) -> np.ndarray:
+def recall_at_each_k(hits: np.ndarray) -> np.ndarray:
     """recall@k for k = 1..K from a [n_questions, K] has_answer matrix (rank order)."""
     if hits.size == 0:
         return np.zeros(hits.shape[1] if hits.ndim == 2 else 0)
@@ -77,7 +85,7 @@ def run(cfg: DictConfig) -> float:
     """Evaluate one cell, write its files into `cfg.paths.output_dir`, return recall@20."""
     from densex.data.questions import load_dataset_questions
     from densex.metrics.answers import has_answer
-    from densex.pipelines.index import build_corpus_units, generates_propositions
+    from densex.pipelines.index import build_corpus_units, generates_propositions, global_rank
     from densex.qa.cell import qa_metrics
     from densex.retrieval.build import load_or_build_searcher
     from densex.retrieval.search import retrieve_passages
@@ -104,6 +112,9 @@ def run(cfg: DictConfig) -> float:
     searcher = load_or_build_searcher(
         units_path, cfg.retriever, cfg.index, cache_dir, cfg.get("trainer")
     )
+    if global_rank() != 0:
+        log.info("rank %d: encoding done; rank 0 evaluates and writes the results", global_rank())
+        return float("nan")
     if list(searcher.unit_ids) != [u["id"] for u in units]:
         raise DataError(units_path, None, "id", "the index's unit ids differ from the units file")
     t_index = time.perf_counter() - t0
@@ -114,11 +125,18 @@ def run(cfg: DictConfig) -> float:
         raise DataError(str(cfg.dataset.get("path", cfg.dataset)), None, None, "no questions")
 
     t0 = time.perf_counter()
-    # first fetch sized by units per passage, so fine-grained indexes rarely need a second search
+    budget = int(cfg.budget)
+    max_words = int(cfg.get("recall_curve_max_words", 500))
+    need_words = max(budget, max_words)  # the QA metrics read this many words of ranked units
+    unit_words = np.fromiter((len(u["text"].split()) for u in units), np.int64, len(units))
+    # first fetch sized by units per passage, so fine-grained indexes rarely need a second
+    # search, and by the words QA reads, so coarse units with a small topk need none either
     ratio = int(np.ceil(len(units) / max(1, len(passages))))
-    results = retrieve_passages(
-        searcher, [q["question"] for q in questions], unit_passage_rows, K, n_start=K * ratio + 1
-    )
+    avg_words = max(1.0, float(unit_words.mean())) if len(units) else 1.0
+    n_start = max(K * ratio + 1, int(np.ceil(need_words / avg_words)) + 1)
+    queries = [q["question"] for q in questions]
+    results = retrieve_passages(searcher, queries, unit_passage_rows, K, n_start=n_start)
+    fetch_units_for_words(searcher, queries, results, unit_words, need_words)
     t_search = time.perf_counter() - t0
 
     t0 = time.perf_counter()
@@ -139,7 +157,8 @@ def run(cfg: DictConfig) -> float:
         dpr_rows.append(
             {"id": q.get("id"), "question": q["question"], "answers": q["answers"], "ctxs": ctxs}
         )
-    curve = recall_curve(hits)
+    pyserini = pyserini_retrieval(dpr_rows, passages, results, with_text)
+    curve = recall_at_each_k(hits)
     t_match = time.perf_counter() - t0
 
     # percent, as the paper's tables and the QA metrics
@@ -151,8 +170,8 @@ def run(cfg: DictConfig) -> float:
         questions,
         ranked_unit_texts,
         cfg.get("reader"),
-        int(cfg.budget),
-        int(cfg.get("recall_curve_max_words", 500)),
+        budget,
+        max_words,
         out_dir,
         match_type=match,
     )
@@ -173,6 +192,7 @@ def run(cfg: DictConfig) -> float:
         "time_total_s": round(time.perf_counter() - t_start, 3),
     }
     write_json(out_dir / "retrieval.json", dpr_rows, indent=None)
+    write_json(out_dir / "retrieval.pyserini.json", pyserini, indent=None)
     with atomic_open(out_dir / "recall_at_k.csv") as f:
         w = csv.writer(f, lineterminator="\n")
         w.writerow(["k", "recall"])
@@ -183,6 +203,77 @@ def run(cfg: DictConfig) -> float:
     _log_wandb(cfg, row, dpr_rows, units, results, curve)
     target = max([k for k in topk if k <= 20], default=topk[0])
     return metrics[f"recall@{target}"]
+
+
+def fetch_units_for_words(
+    searcher: Any,
+    queries: list[str],
+    results: list[Any],
+    unit_words: np.ndarray,
+    need_words: int,
+) -> int:
+    """Extend each result's ranked units until they hold `need_words` words (or the index is
+    exhausted), in place; return how many questions needed a further search.
+
+    `retrieve_passages` stops fetching units once the top-k passages are settled, which with
+    coarse units and a small k can be fewer words than the answer-recall curve and the reader's
+    budget read: their values at l words would then be understated. The extra units come from
+    the same ranking (score desc, row asc); the passages found are unchanged.
+    """
+    from densex.retrieval.search import rank_units
+
+    ntotal = int(searcher.ntotal)
+    avg = max(1.0, float(unit_words.mean())) if len(unit_words) else 1.0
+
+    def short(r: Any) -> bool:
+        return int(unit_words[r.unit_rows].sum()) < need_words and len(r.unit_rows) < ntotal
+
+    pending = [i for i, r in enumerate(results) if short(r)]
+    extended = len(pending)
+    while pending:
+        have = max(len(results[i].unit_rows) for i in pending)
+        n = min(ntotal, max(2 * have, have + int(np.ceil(need_words / avg)) + 1))
+        scores, rows = searcher.search([queries[i] for i in pending], n)
+        still = []
+        for j, qi in enumerate(pending):
+            us, ur = rank_units(np.asarray(scores[j]), np.asarray(rows[j]))
+            r = results[qi]
+            grew = len(ur) > len(r.unit_rows)
+            if grew:
+                r.unit_rows, r.unit_scores = ur, us
+            if grew and n < ntotal and short(r):
+                still.append(qi)
+        pending = still
+    if extended:
+        log.info("fetched more units for %d questions to cover %d words", extended, need_words)
+    return extended
+
+
+def pyserini_retrieval(
+    dpr_rows: list[dict], passages: list[dict], results: list[Any], with_text: bool
+) -> dict[str, dict]:
+    """`dpr_rows` in the layout pyserini's `evaluate_dpr_retrieval` reads: a dict keyed by
+    question id of `{question, answers, contexts: [{docid, score, text, has_answer}]}`, with
+    `text` = "title\\ntext" (its converter's `--combine-title-text`; the evaluator matches
+    answers in the part after the newline, so newlines inside title or text become spaces) and
+    only when `with_text`; it trusts `has_answer` where present. Ids that are missing or not
+    unique fall back to the question's index."""
+    ids = [str(q["id"]) if q.get("id") is not None else None for q in dpr_rows]
+    if None in ids or len(set(ids)) != len(ids):
+        log.warning("question ids missing or repeated: retrieval.pyserini.json keys by index")
+        ids = [str(i) for i in range(len(dpr_rows))]
+    out: dict[str, dict] = {}
+    for qid, q, r in zip(ids, dpr_rows, results):
+        contexts = []
+        for ctx, p in zip(q["ctxs"], r.passage_rows.tolist()):
+            row = {"docid": ctx["id"], "score": ctx["score"]}
+            if with_text:
+                psg = passages[p]
+                title = " ".join(str(psg.get("title") or "").split("\n"))
+                row["text"] = title + "\n" + " ".join(psg["text"].split("\n"))
+            contexts.append({**row, "has_answer": ctx["has_answer"]})
+        out[qid] = {"question": q["question"], "answers": q["answers"], "contexts": contexts}
+    return out
 
 
 def unit_file(unit_files: Any, granularity: str) -> Path:

@@ -12,6 +12,8 @@ indexes once, before a sweep fans out.
 
 from __future__ import annotations
 
+import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -25,12 +27,57 @@ log = get_logger(__name__)
 STAGES = ("units", "propositions", "embed", "index", "all")
 
 
-def generated_propositions(cfg: DictConfig, passages_path: Path) -> Path:
-    """Run the configured propositionizer over the passages (cached by passages + settings)."""
-    from densex.propositionizer.generate import generate_propositions
+def global_rank() -> int:
+    """This process's rank in a multi-process (ddp) run; 0 when there is only one.
+
+    With `trainer.strategy=ddp` (not spawn) Lightning re-launches the whole script once per
+    device, so every rank runs the pipeline: the process group (set up by `Trainer.predict`)
+    answers first, then the launcher's environment (`RANK`, `SLURM_PROCID`, `LOCAL_RANK`).
+    """
+    try:
+        import torch.distributed as dist
+
+        if dist.is_available() and dist.is_initialized():
+            return int(dist.get_rank())
+    except ImportError:  # pragma: no cover - torch is a dependency
+        pass
+    for var in ("RANK", "SLURM_PROCID", "LOCAL_RANK"):
+        value = os.environ.get(var)
+        if value not in (None, ""):
+            return int(value)
+    return 0
+
+
+def propositions_key(cfg: DictConfig, passages_path: Path) -> str:
+    """Cache key of generated propositions: the passages, the settings, and the content behind
+    them that a path string hides: the model checkpoint's files (the fingerprint
+    `generate.py` keys its shards with) and the teacher's prompt template (sha256)."""
+    from densex.propositionizer.generate import _model_fingerprint
+    from densex.utils.models import resolve_model
 
     settings = OmegaConf.to_container(cfg.propositionizer, resolve=True)
-    key = content_key(passages=hash_file(passages_path), propositionizer=settings)
+    ptype = str(settings.get("type", "model"))
+    content: dict[str, Any] = {}
+    if ptype == "model" and settings.get("model") not in (None, "???"):
+        content["model"] = _model_fingerprint(resolve_model(str(settings["model"])))
+    if ptype == "teacher" or settings.get("prompt"):
+        prompt = settings.get("prompt")
+        if not prompt:
+            from densex.propositionizer.teacher import default_prompt_path
+
+            prompt = default_prompt_path()
+        if Path(prompt).is_file():
+            content["prompt_sha256"] = hash_file(prompt)
+    return content_key(passages=hash_file(passages_path), propositionizer=settings, **content)
+
+
+def generated_propositions(cfg: DictConfig, passages_path: Path) -> Path:
+    """Run the configured propositionizer over the passages, cached by `propositions_key`
+    (passages, settings, model files, prompt), so a retrained model exported to the same dir
+    or an edited prompt generates afresh."""
+    from densex.propositionizer.generate import generate_propositions
+
+    key = propositions_key(cfg, passages_path)
     out = artifact_dir(
         cfg.paths.cache_dir, "propositions", str(cfg.propositionizer.get("name", "model")), key=key
     )
@@ -39,6 +86,19 @@ def generated_propositions(cfg: DictConfig, passages_path: Path) -> Path:
         log.info("propositions cached at %s", path)
         return path
     generate_propositions(passages_path, cfg.propositionizer, path, cfg.get("trainer"))
+    if not path.exists() and global_rank() != 0:
+        # ddp: generate.py lets rank 0 merge the shards; the other ranks wait for its file
+        wait_for_file(path)
+    return path
+
+
+def wait_for_file(path: Path, timeout_s: float = 3600.0, poll_s: float = 1.0) -> Path:
+    """Block until `path` exists (written atomically by another rank) or raise TimeoutError."""
+    deadline = time.monotonic() + timeout_s
+    while not path.exists():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"rank {global_rank()}: {path} did not appear in {timeout_s:.0f} s")
+        time.sleep(poll_s)
     return path
 
 
@@ -93,6 +153,8 @@ def run(cfg: DictConfig) -> None:
     searcher = load_or_build_searcher(
         units_path, cfg.retriever, cfg.index, cfg.paths.cache_dir, cfg.get("trainer")
     )
+    if global_rank() != 0:  # ddp (not spawn): every rank encoded its share; rank 0 reports
+        return None
     log.info(
         "index ready: %d %s units (%s)", searcher.ntotal, cfg.granularity.name, cfg.retriever.name
     )

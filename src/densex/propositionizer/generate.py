@@ -22,6 +22,7 @@ import torch
 from pytorch_lightning.callbacks import BasePredictionWriter
 from torch.utils.data import DataLoader
 
+from densex.corpus.readers import Skips, read_passages
 from densex.propositionizer.data import format_source
 from densex.propositionizer.parse import (
     FALLBACK_MODES,
@@ -32,7 +33,8 @@ from densex.propositionizer.parse import (
 from densex.utils.cache import content_key, hash_file
 from densex.utils.io import DataError, read_jsonl, write_jsonl, write_manifest
 from densex.utils.logging import get_logger
-from densex.utils.models import resolve_model, resolve_precision
+from densex.utils.models import resolve_model
+from densex.utils.trainer import predict_trainer
 
 log = get_logger(__name__)
 
@@ -59,41 +61,6 @@ def passage_source(passage: Mapping[str, Any]) -> str:
 def manifest_path(out_path: str | os.PathLike) -> Path:
     """Where the manifest of a propositions file lives: `manifest.json` beside it."""
     return Path(out_path).parent / "manifest.json"
-
-
-def read_passages(path: str | os.PathLike) -> list[dict[str, Any]]:
-    """Passages `{"id", "title", "section"?, "text"}` with types and unique ids checked."""
-    rows = list(read_jsonl(path, required=("id", "title", "text"), nonempty=("id",)))
-    seen: dict[str, int] = {}
-    for n, row in enumerate(rows):
-        for name in ("id", "title", "text", "section"):
-            if name in row and row[name] is not None and not isinstance(row[name], str):
-                raise DataError(
-                    path,
-                    _line_of(path, n),
-                    name,
-                    f"expected a string, got {type(row[name]).__name__}",
-                )
-        if row["id"] in seen:
-            raise DataError(
-                path,
-                _line_of(path, n),
-                "id",
-                f"duplicate id {row['id']!r} (first on line {_line_of(path, seen[row['id']])})",
-            )
-        seen[row["id"]] = n
-    return rows
-
-
-def _line_of(path: str | os.PathLike, row_index: int) -> int:
-    """1-based file line of the `row_index`-th non-blank line (only computed for errors)."""
-    with open(path, encoding="utf-8") as f:
-        k = -1
-        for lineno, line in enumerate(f, start=1):
-            k += bool(line.strip())
-            if k == row_index:
-                return lineno
-    return row_index + 1
 
 
 def _get(cfg: Any, name: str, default: Any = None) -> Any:
@@ -282,26 +249,6 @@ def _read_shard(path: Path, ids: Sequence[str]) -> list[dict[str, Any]] | None:
     return rows
 
 
-def _build_trainer(trainer_cfg: Any, callbacks: list) -> pl.Trainer:
-    """The project's trainer config (Hydra `_target_` or plain kwargs), with what predict needs."""
-    overrides = {
-        "callbacks": callbacks,
-        "logger": False,
-        "enable_checkpointing": False,
-        "enable_model_summary": False,
-        "use_distributed_sampler": False,  # our predict_dataloader splits shards by rank
-    }
-    if trainer_cfg is None:
-        return pl.Trainer(accelerator="auto", devices=1, **overrides)
-    if "precision" in trainer_cfg:
-        overrides["precision"] = resolve_precision(trainer_cfg["precision"])
-    if "_target_" in trainer_cfg:
-        from hydra.utils import instantiate
-
-        return instantiate(trainer_cfg, **overrides)
-    return pl.Trainer(**{**dict(trainer_cfg), **overrides})
-
-
 def _generate_with_model(
     passages: list[dict[str, Any]], passages_path: Path, cfg: Any, out_path: Path, trainer_cfg: Any
 ) -> Path:
@@ -350,7 +297,7 @@ def _generate_with_model(
     t0 = time.perf_counter()
     if pending:
         module = PropositionGenerator(model, pending, **settings)
-        trainer = _build_trainer(trainer_cfg, [PropositionShardWriter(shard_dir)])
+        trainer = predict_trainer(trainer_cfg, callbacks=[PropositionShardWriter(shard_dir)])
         trainer.predict(module, return_predictions=False)
         trainer.strategy.barrier("propositions-shards")  # every rank's shards are on disk
         if not trainer.is_global_zero:  # ddp (not spawn): rank 0 merges
@@ -410,7 +357,14 @@ def generate_propositions(
         raise ValueError(
             f"propositionizer.fallback must be one of {FALLBACK_MODES}, got {fallback!r}"
         )
-    passages = read_passages(passages_path)
+    # the corpus reader: unique non-empty string ids, non-empty text, errors located by
+    # file:line:field; `on_error: skip` (default raise) drops such rows with a count in the log
+    skips = Skips(str(_get(propositionizer_cfg, "on_error", "raise")))
+    passages = read_passages(passages_path, skips)
+    if skips.total:
+        log.warning(
+            "skipped %d bad passages of %s: %s", skips.total, passages_path, skips.summary()
+        )
     if kind == "model":
         return _generate_with_model(
             passages, passages_path, propositionizer_cfg, out_path, trainer_cfg

@@ -3,7 +3,8 @@
 The paper prompts GPT-4 with its Figure 8 prompt (`conf/prompts/figure8.txt`) one passage at
 a time; the same code serves OpenAI, a vLLM/TGI server (Mixtral, Yi, Qwen) or Anthropic's
 OpenAI-compatible endpoint, chosen by `base_url` + `model`. Every reply is cached on disk under
-sha256(model, prompt-template hash, passage source), so a rerun or a resumed run costs nothing;
+sha256(model, prompt-template hash, temperature + max_tokens, passage source), so a rerun or a
+resumed run costs nothing;
 the retry policy (exponential back-off with jitter on 429/5xx/timeouts) is ours, not the
 client's, so it is explicit and testable. The API key is read from the environment variable
 named by `api_key_env` and is never logged, cached or written to the manifest.
@@ -158,8 +159,18 @@ class Teacher:
         return self._client
 
     # -- cache --------------------------------------------------------------------------
+    @property
+    def generation(self) -> dict[str, Any]:
+        """The request settings that change a reply: a reply cut at 1024 tokens must not answer
+        for `max_tokens: 4096`. (`seed` only seeds the back-off jitter and is not sent.)"""
+        return {"temperature": self.temperature, "max_tokens": self.max_tokens}
+
     def cache_key(self, source: str) -> str:
-        blob = json.dumps([self.model, self.template_sha256, source], ensure_ascii=False)
+        blob = json.dumps(
+            [self.model, self.template_sha256, self.generation, source],
+            ensure_ascii=False,
+            sort_keys=True,
+        )
         return hashlib.sha256(blob.encode("utf-8")).hexdigest()
 
     def _cache_path(self, key: str) -> Path:
@@ -189,6 +200,7 @@ class Teacher:
             {
                 "model": self.model,
                 "template_sha256": self.template_sha256,
+                "generation": self.generation,
                 "source": source,
                 "content": reply.content,
                 "finish_reason": reply.finish_reason,

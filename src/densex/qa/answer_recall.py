@@ -4,7 +4,8 @@ For each question we find the smallest l at which DPR's `has_answer` holds on th
 words, then a cumulative histogram gives the whole curve l = 0..max_words at once.
 
 String matching is DPR's: the text and each answer are NFD-normalised and split by the
-`SimpleTokenizer` (uncased), and an answer matches where its tokens occur contiguously.
+`SimpleTokenizer` (uncased; `metrics.answers.dpr_tokens`, shared with `has_answer`), and an
+answer matches where its tokens occur contiguously.
 That tokenizer never joins characters across whitespace, so the tokens of the first l words
 are a prefix of the tokens of all words: one scan over the token stream finds the smallest
 l exactly, with no call per l. Regex answers (CuratedTREC) are searched by bisection on l
@@ -13,22 +14,12 @@ with `has_answer` itself (a match in a prefix stays a match when words are appen
 
 from __future__ import annotations
 
-import unicodedata
 from collections.abc import Sequence
-from functools import lru_cache
 
 import numpy as np
 
-from densex.metrics.answers import SimpleTokenizer, has_answer
+from densex.metrics.answers import dpr_tokens, has_answer
 from densex.qa.budget import words_of
-
-_TOKENIZER = SimpleTokenizer()
-
-
-@lru_cache(maxsize=1 << 18)
-def _tokens(text: str) -> tuple[str, ...]:
-    """DPR's uncased match tokens of a text (memoised: words repeat across questions)."""
-    return tuple(_TOKENIZER.tokenize(unicodedata.normalize("NFD", text), uncased=True))
 
 
 def first_answer_word(
@@ -42,12 +33,12 @@ def first_answer_word(
     stream: list[str] = []  # tokens of all words, in order
     ends: list[int] = []  # ends[t] = number of words needed to include token t
     for i, word in enumerate(words):
-        toks = _tokens(word)
+        toks = dpr_tokens(word)
         stream.extend(toks)
         ends.extend([i + 1] * len(toks))
     best: int | None = None
     for answer in answers:
-        target = _tokens(answer)
+        target = dpr_tokens(answer)
         if not target:  # has_answer ignores answers with no tokens ("", "...")
             continue
         n, first = len(target), target[0]

@@ -9,7 +9,13 @@ from pathlib import Path
 from typing import Any
 
 from densex.qa.cell import CURVE_FILE, read_curve
-from densex.report.table3 import DATASET_ORDER, GRANULARITY_ORDER, RETRIEVER_ORDER, _name
+from densex.report.naming import (
+    DATASET_ORDER,
+    GRANULARITY_ORDER,
+    RETRIEVER_ORDER,
+    order_index,
+)
+from densex.report.naming import display_name as _name
 from densex.utils.io import DataError, read_jsonl
 from densex.utils.logging import get_logger
 
@@ -68,9 +74,9 @@ def plot_answer_recall(
     keys = sorted(
         curves,
         key=lambda k: (
-            RETRIEVER_ORDER.index(k[0]) if k[0] in RETRIEVER_ORDER else 99,
+            order_index(k[0], RETRIEVER_ORDER),
             k[0],
-            DATASET_ORDER.index(k[1]) if k[1] in DATASET_ORDER else 99,
+            order_index(k[1], DATASET_ORDER),
             k[1],
         ),
     )
@@ -79,7 +85,7 @@ def plot_answer_recall(
     fig, axes = plt.subplots(nrows, ncols, figsize=(4.5 * ncols, 3.4 * nrows), squeeze=False)
     for ax, key in zip(axes.flat, keys):
         panel = curves[key]
-        for gran in sorted(panel, key=lambda g: (GRANULARITY_ORDER + [g]).index(g)):
+        for gran in sorted(panel, key=lambda g: (order_index(g, GRANULARITY_ORDER), g)):
             words, recall = panel[gran]
             ax.plot(words, recall, label=_name(gran), color=COLORS.get(gran))
         for l_words in (100, 500):
@@ -108,7 +114,7 @@ def plot_popularity(
 
     fig, ax = plt.subplots(figsize=(5.5, 3.6))
     grans = sorted(
-        {r["granularity"] for r in table}, key=lambda g: (GRANULARITY_ORDER + [g]).index(g)
+        {r["granularity"] for r in table}, key=lambda g: (order_index(g, GRANULARITY_ORDER), g)
     )
     for gran in grans:
         rows = sorted((r for r in table if r["granularity"] == gran), key=lambda r: r["bucket"])

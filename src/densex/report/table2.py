@@ -15,16 +15,23 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from densex.report.naming import (
+    DATASET_LABEL,
+    DATASET_ORDER,
+    GRANULARITY_ORDER,
+    RETRIEVER_ORDER,
+    ordered,
+)
 from densex.utils.io import DataError, atomic_open, read_jsonl
 
-# paper order; anything else follows in order of first appearance
-RETRIEVER_ORDER = ("simcse", "contriever", "dpr", "ance", "tasb", "gtr", "bm25", "minilm")
-GRANULARITY_ORDER = ("passage", "sentence", "proposition")
-DATASET_ORDER = ("nq", "tqa", "webq", "squad", "eq", "curated", "squad-open", "demo")
-DATASET_LABEL = {"nq": "NQ", "tqa": "TQA", "webq": "WebQ", "squad": "SQuAD", "eq": "EQ"}
 GAIN = "gain"  # the granularity label of the proposition - passage row
 
 RESULT_FIELDS = ("retriever", "granularity", "dataset")
+# what else tells conditions apart: shown as row labels only when it varies within the rows
+CONDITION_FIELDS = ("corpus", "index")
+# what repeats of a cell may differ in without changing retrieval (they are averaged)
+REPEAT_FIELDS = ("budget", "reader")
+LABEL_FIELDS = ("retriever", *CONDITION_FIELDS, "granularity")
 
 
 def find_results(root: str | os.PathLike) -> list[Path]:
@@ -45,9 +52,11 @@ def load_results(paths: Iterable[str | os.PathLike]) -> list[dict[str, Any]]:
     return rows
 
 
-def _ordered(values: Iterable[str], order: Sequence[str]) -> list[str]:
-    seen = list(dict.fromkeys(values))
-    return [v for v in order if v in seen] + [v for v in seen if v not in order]
+def _cond(value: Any) -> str | None:
+    """A condition value as a label (a config node by its name); None when absent."""
+    if isinstance(value, dict):
+        value = value.get("name")
+    return None if value is None else str(value)
 
 
 def table2_rows(
@@ -55,68 +64,106 @@ def table2_rows(
 ) -> list[dict[str, Any]]:
     """Flat Table 2 rows: `retriever`, `granularity`, `{dataset} R@k` ..., `Avg R@k` (in %).
 
-    Repeated cells (e.g. a budget sweep re-evaluating the same retrieval) are averaged. The
-    average is over all datasets of the table and left empty (NaN) if a row misses one, as a
-    partial average is not comparable. After each retriever's block comes a `gain` row:
+    A cell is (corpus, index, retriever, granularity, dataset). Its repeats that differ only in
+    budget or reader (a QA sweep re-evaluating the same retrieval) are averaged; two rows of
+    the same cell that agree on those too are a conflict (e.g. a sweep over a setting this
+    table does not show) and raise a DataError naming both jobs. `corpus` and `index` become
+    label columns (after `retriever`) only when they vary within the rows. The average is over
+    all datasets of the table and left empty (NaN) if a row misses one, as a partial average is
+    not comparable. After each block (retriever [x corpus x index]) comes a `gain` row:
     proposition minus passage, in points. Rows carry recall in percent (as evaluate writes it).
     """
-    cells: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
+    cells: dict[tuple, list[dict[str, Any]]] = {}
+    seen: dict[tuple, tuple[int, dict[str, Any]]] = {}
     for i, row in enumerate(rows):
         for k in ks:
             if f"recall@{k}" not in row:
                 raise DataError(row.get("job_dir", "<rows>"), i + 1, f"recall@{k}", "missing")
-        key = (str(row["retriever"]), str(row["granularity"]), str(row["dataset"]))
+        cond = tuple(_cond(row.get(f)) for f in CONDITION_FIELDS)
+        key = (*cond, str(row["retriever"]), str(row["granularity"]), str(row["dataset"]))
+        full = (*key, *(str(row.get(f)) for f in REPEAT_FIELDS))
+        if full in seen:
+            j, other = seen[full]
+            where = lambda r, n: r.get("job_dir") or f"row {n}"  # noqa: E731
+            raise DataError(
+                row.get("job_dir", "<rows>"),
+                i + 1,
+                "retriever/granularity/dataset",
+                "two results for the same Table 2 cell "
+                + ", ".join(f"{f}={v}" for f, v in zip((*CONDITION_FIELDS, *RESULT_FIELDS), key))
+                + f" (also in {where(other, j + 1)}); they differ only in settings the table"
+                " does not show: aggregate them in separate sweep dirs",
+            )
+        seen[full] = (i, row)
         cells.setdefault(key, []).append(row)
-    retrievers = _ordered((r for r, _, _ in cells), RETRIEVER_ORDER)
-    granularities = _ordered((g for _, g, _ in cells), GRANULARITY_ORDER)
-    datasets = _ordered((d for _, _, d in cells), DATASET_ORDER)
+    n_cond = len(CONDITION_FIELDS)
+    conds = list(dict.fromkeys(c[:n_cond] for c in cells))
+    varying = [f for j, f in enumerate(CONDITION_FIELDS) if len({c[j] for c in conds}) > 1]
+    retrievers = ordered((c[n_cond] for c in cells), RETRIEVER_ORDER)
+    granularities = ordered((c[n_cond + 1] for c in cells), GRANULARITY_ORDER)
+    datasets = ordered((c[n_cond + 2] for c in cells), DATASET_ORDER)
     columns = [f"{d} R@{k}" for d in datasets for k in ks] + [f"Avg R@{k}" for k in ks]
 
     out: list[dict[str, Any]] = []
     for r in retrievers:
-        block: dict[str, dict[str, Any]] = {}
-        for g in granularities:
-            if not any((r, g, d) in cells for d in datasets):
-                continue
-            line: dict[str, Any] = {"retriever": r, "granularity": g}
-            for d in datasets:
+        for cond in conds:
+            labels = {f: cond[CONDITION_FIELDS.index(f)] for f in varying}
+            block: dict[str, dict[str, Any]] = {}
+            for g in granularities:
+                if not any((*cond, r, g, d) in cells for d in datasets):
+                    continue
+                line: dict[str, Any] = {"retriever": r, **labels, "granularity": g}
+                for d in datasets:
+                    for k in ks:
+                        vals = [float(x[f"recall@{k}"]) for x in cells.get((*cond, r, g, d), [])]
+                        line[f"{d} R@{k}"] = sum(vals) / len(vals) if vals else math.nan
                 for k in ks:
-                    vals = [float(x[f"recall@{k}"]) for x in cells.get((r, g, d), [])]
-                    line[f"{d} R@{k}"] = sum(vals) / len(vals) if vals else math.nan
-            for k in ks:
-                line[f"Avg R@{k}"] = sum(line[f"{d} R@{k}"] for d in datasets) / len(datasets)
-            block[g] = line
-            out.append(line)
-        if "passage" in block and "proposition" in block:
-            gain = {"retriever": r, "granularity": GAIN}
-            for c in columns:
-                gain[c] = block["proposition"][c] - block["passage"][c]
-            out.append(gain)
+                    line[f"Avg R@{k}"] = sum(line[f"{d} R@{k}"] for d in datasets) / len(datasets)
+                block[g] = line
+                out.append(line)
+            if "passage" in block and "proposition" in block:
+                gain = {"retriever": r, **labels, "granularity": GAIN}
+                for c in columns:
+                    gain[c] = block["proposition"][c] - block["passage"][c]
+                out.append(gain)
     return out
 
 
 def _fmt(v: Any, signed: bool = False) -> str:
     if isinstance(v, float):
         return "–" if math.isnan(v) else (f"{v:+.1f}" if signed else f"{v:.1f}")
-    return str(v)
+    return "–" if v is None else str(v)
+
+
+def label_columns(table: Sequence[dict[str, Any]]) -> list[str]:
+    """`retriever`, the varying conditions (`corpus`, `index`) if any, `granularity`."""
+    return [c for c in LABEL_FIELDS if table and c in table[0]]
 
 
 def metric_columns(table: Sequence[dict[str, Any]]) -> list[str]:
-    return [c for c in table[0] if c not in ("retriever", "granularity")] if table else []
+    return [c for c in table[0] if c not in LABEL_FIELDS] if table else []
+
+
+def _block(row: dict[str, Any]) -> tuple:
+    return tuple(row.get(c) for c in ("retriever", *CONDITION_FIELDS))
 
 
 def table2_markdown(table: Sequence[dict[str, Any]]) -> str:
-    """GitHub Markdown: the retriever is printed once per block, gains are signed."""
+    """GitHub Markdown: the block labels are printed once per block, gains are signed."""
     cols = metric_columns(table)
-    header = ["Retriever", "Granularity"] + [_label(c) for c in cols]
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * 2 + "---:|" * len(cols)]
+    block_cols = label_columns(table)[:-1]  # all but granularity
+    header = [c.capitalize() for c in block_cols] + ["Granularity"] + [_label(c) for c in cols]
+    lines = [
+        "| " + " | ".join(header) + " |",
+        "|" + "---|" * (len(block_cols) + 1) + "---:|" * len(cols),
+    ]
     prev = None
     for row in table:
         gain = row["granularity"] == GAIN
-        name = row["retriever"] if row["retriever"] != prev else ""
-        prev = row["retriever"]
+        names = [_fmt(row[c]) if _block(row) != prev else "" for c in block_cols]
+        prev = _block(row)
         gran = "Δ prop − psg" if gain else row["granularity"].capitalize()
-        lines.append("| " + " | ".join([name, gran] + [_fmt(row[c], gain) for c in cols]) + " |")
+        lines.append("| " + " | ".join([*names, gran] + [_fmt(row[c], gain) for c in cols]) + " |")
     return "\n".join(lines) + "\n"
 
 
@@ -135,7 +182,7 @@ def write_table2(
         f.write("Passage recall@k (%) by retriever and retrieval granularity (cf. Table 2).\n\n")
         f.write(table2_markdown(table))
     with atomic_open(out / "table2.csv") as f:
-        fields = ["retriever", "granularity", *metric_columns(table)]
+        fields = [*label_columns(table), *metric_columns(table)]
         writer = csv.DictWriter(f, fieldnames=fields, lineterminator="\n")
         writer.writeheader()
         for row in table:
@@ -151,20 +198,22 @@ def print_table2(
     from rich.table import Table
 
     cols = metric_columns(table)
+    block_cols = label_columns(table)[:-1]
     t = Table(title=title)
-    t.add_column("Retriever")
+    for c in block_cols:
+        t.add_column(c.capitalize())
     t.add_column("Granularity")
     for c in cols:
         t.add_column(_label(c), justify="right")
     prev = None
     for row in table:
-        if prev is not None and row["retriever"] != prev:
+        if prev is not None and _block(row) != prev:
             t.add_section()
         gain = row["granularity"] == GAIN
-        name = row["retriever"] if row["retriever"] != prev else ""
-        prev = row["retriever"]
+        names = [_fmt(row[c]) if _block(row) != prev else "" for c in block_cols]
+        prev = _block(row)
         t.add_row(
-            name,
+            *names,
             "Δ prop − psg" if gain else row["granularity"],
             *[_fmt(row[c], gain) for c in cols],
         )

@@ -14,78 +14,101 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from densex.utils.io import atomic_open
+from densex.report.naming import (
+    DATASET_ORDER,
+    GRANULARITY_ORDER,
+    RETRIEVER_ORDER,
+    display_name,
+    ordered,
+)
+from densex.utils.io import DataError, atomic_open
 from densex.utils.logging import get_logger
 
 log = get_logger(__name__)
 
-RETRIEVER_ORDER = ["simcse", "contriever", "dpr", "ance", "tasb", "gtr"]
-DATASET_ORDER = ["nq", "tqa", "webq", "squad", "eq"]
-GRANULARITY_ORDER = ["passage", "sentence", "proposition"]
-DISPLAY = {
-    "simcse": "SimCSE",
-    "contriever": "Contriever",
-    "dpr": "DPR",
-    "ance": "ANCE",
-    "tasb": "TAS-B",
-    "gtr": "GTR",
-    "minilm": "MiniLM",
-    "bm25": "BM25",
-    "nq": "NQ",
-    "tqa": "TQA",
-    "webq": "WebQ",
-    "squad": "SQuAD",
-    "eq": "EQ",
-    "squad-open": "SQuAD-open",
-}
 _EM = re.compile(r"^em@(\d+)$")
-
-
-def _ordered(values: Iterable[str], order: list[str]) -> list[str]:
-    values = set(values)
-    return [v for v in order if v in values] + sorted(values - set(order))
+# besides retriever x granularity x dataset, what tells cells apart; a label column (after the
+# retriever) only when it varies within the rows
+CONDITION_FIELDS = ("corpus", "index", "reader")
 
 
 def _name(key: str) -> str:
-    return DISPLAY.get(key, key[:1].upper() + key[1:])
+    return display_name(key)
 
 
-def em_cells(rows: Iterable[Mapping[str, Any]]) -> dict[tuple[str, str, str, int], float]:
-    """(retriever, granularity, dataset, l) -> EM@l from result rows; later rows win."""
-    cells: dict[tuple[str, str, str, int], float] = {}
-    for row in rows:
+def _cond(value: Any) -> str | None:
+    if isinstance(value, Mapping):  # a config node rather than its name
+        value = value.get("name")
+    return None if value is None else str(value)
+
+
+def em_cells(rows: Iterable[Mapping[str, Any]]) -> dict[tuple, float]:
+    """(corpus, index, reader, retriever, granularity, dataset, l) -> EM@l from result rows.
+
+    Two rows with an EM@l for the same cell (e.g. a sweep over a setting the table does not
+    show) raise a DataError naming both jobs, rather than one silently winning.
+    """
+    cells: dict[tuple, float] = {}
+    where: dict[tuple, str] = {}
+    for i, row in enumerate(rows):
         for key, value in row.items():
             m = _EM.match(str(key))
             if not m or value is None:
                 continue
-            cell = (str(row["retriever"]), str(row["granularity"]), str(row["dataset"]), int(m[1]))
+            cell = (
+                *(_cond(row.get(f)) for f in CONDITION_FIELDS),
+                str(row["retriever"]),
+                str(row["granularity"]),
+                str(row["dataset"]),
+                int(m[1]),
+            )
+            job = str(row.get("job_dir") or f"row {i + 1}")
             if cell in cells:
-                log.warning("table3: several rows for %s; keeping the last", cell)
+                names = (*CONDITION_FIELDS, "retriever", "granularity", "dataset", "budget")
+                raise DataError(
+                    row.get("job_dir", "<rows>"),
+                    i + 1,
+                    key,
+                    "two results for the same Table 3 cell "
+                    + ", ".join(f"{n}={v}" for n, v in zip(names, cell))
+                    + f" (also in {where[cell]}); they differ only in settings the table does"
+                    " not show: aggregate them in separate sweep dirs",
+                )
             cells[cell] = float(value)
+            where[cell] = job
     return cells
 
 
 def table3_rows(rows: Iterable[Mapping[str, Any]]) -> tuple[list[str], list[list[Any]]]:
-    """Header and body (retriever, granularity, then one float or None per column)."""
+    """Header and body: retriever, [corpus, index, reader where they vary], granularity, then
+    one float or None per column."""
     cells = em_cells(rows)
-    retrievers = _ordered({c[0] for c in cells}, RETRIEVER_ORDER)
-    grans = _ordered({c[1] for c in cells}, GRANULARITY_ORDER)
-    datasets = _ordered({c[2] for c in cells}, DATASET_ORDER)
-    budgets = sorted({c[3] for c in cells})
-    header = ["retriever", "granularity"]
+    n = len(CONDITION_FIELDS)
+    conds = list(dict.fromkeys(c[:n] for c in cells))
+    varying = [j for j in range(n) if len({c[j] for c in conds}) > 1]
+    retrievers = ordered((c[n] for c in cells), RETRIEVER_ORDER)
+    grans = ordered((c[n + 1] for c in cells), GRANULARITY_ORDER)
+    datasets = ordered((c[n + 2] for c in cells), DATASET_ORDER)
+    budgets = sorted({c[n + 3] for c in cells})
+    header = ["retriever", *(CONDITION_FIELDS[j] for j in varying), "granularity"]
     header += [f"{d} EM@{b}" for d in datasets for b in budgets]
     header += [f"Avg EM@{b}" for b in budgets]
     body = []
     for r in retrievers:
-        for g in grans:
-            if not any(c[0] == r and c[1] == g for c in cells):
-                continue
-            values = [cells.get((r, g, d, b)) for d in datasets for b in budgets]
-            for b in budgets:  # the average needs every dataset, as in the paper
-                col = [cells.get((r, g, d, b)) for d in datasets]
-                values.append(sum(col) / len(col) if all(v is not None for v in col) else None)
-            body.append([r, g, *values])
+        for cond in conds:
+            for g in grans:
+                if not any(c[: n + 2] == (*cond, r, g) for c in cells):
+                    continue
+                values = [cells.get((*cond, r, g, d, b)) for d in datasets for b in budgets]
+                for b in budgets:  # the average needs every dataset, as in the paper
+                    col = [cells.get((*cond, r, g, d, b)) for d in datasets]
+                    values.append(sum(col) / len(col) if all(v is not None for v in col) else None)
+                body.append([r, *(cond[j] for j in varying), g, *values])
     return header, body
+
+
+def _n_labels(header: list[str]) -> int:
+    return header.index("granularity") + 1
 
 
 def _fmt(v: float | None) -> str:
@@ -93,27 +116,31 @@ def _fmt(v: float | None) -> str:
 
 
 def _markdown(header: list[str], body: list[list[Any]]) -> str:
-    budgets = sorted({h.split("@")[1] for h in header[2:]}, key=int)
-    groups = [h.rsplit(" ", 1)[0] for h in header[2:]][:: len(budgets)]
-    top = ["Retriever", "Granularity"] + [
-        f"{_name(g) if g != 'Avg' else 'Avg'} EM@{b}" for g in groups for b in budgets
-    ]
+    nl = _n_labels(header)
+    budgets = sorted({h.split("@")[1] for h in header[nl:]}, key=int)
+    groups = [h.rsplit(" ", 1)[0] for h in header[nl:]][:: len(budgets)]
+    labels = ["Retriever", *(h.capitalize() for h in header[1 : nl - 1]), "Granularity"]
+    top = labels + [f"{_name(g) if g != 'Avg' else 'Avg'} EM@{b}" for g in groups for b in budgets]
     lines = [
         "| " + " | ".join(top) + " |",
-        "|" + "|".join(["---"] * 2 + ["---:"] * (len(top) - 2)) + "|",
+        "|" + "|".join(["---"] * nl + ["---:"] * (len(top) - nl)) + "|",
     ]
-    best: dict[tuple[str, int], float] = {}
+    # best granularity per column within a block (retriever [x varying conditions]): bold
+    best: dict[tuple, float] = {}
     for row in body:
-        for j, v in enumerate(row[2:]):
+        block = tuple(row[: nl - 1])
+        for j, v in enumerate(row[nl:]):
             if v is not None:
-                best[(row[0], j)] = max(best.get((row[0], j), -math.inf), v)
+                best[(block, j)] = max(best.get((block, j), -math.inf), v)
     prev = None
     for row in body:
-        cells = [_name(row[0]) if row[0] != prev else "", _name(row[1])]
-        prev = row[0]
-        for j, v in enumerate(row[2:]):
+        block = tuple(row[: nl - 1])
+        names = [_name(row[0]), *(str(v) for v in row[1 : nl - 1])]
+        cells = [*(names if block != prev else [""] * len(names)), _name(row[nl - 1])]
+        prev = block
+        for j, v in enumerate(row[nl:]):
             s = _fmt(v)
-            if v is not None and v == best.get((row[0], j)):
+            if v is not None and v == best.get((block, j)):
                 s = f"**{s}**"
             cells.append(s)
         lines.append("| " + " | ".join(cells) + " |")
@@ -130,7 +157,8 @@ def write_table3(rows: Iterable[Mapping[str, Any]], out_dir: str | os.PathLike) 
         w = csv.writer(f, lineterminator="\n")
         w.writerow(header)
         for row in body:
-            w.writerow(row[:2] + ["" if v is None else f"{v:.4f}" for v in row[2:]])
+            nl = _n_labels(header)
+            w.writerow(row[:nl] + ["" if v is None else f"{v:.4f}" for v in row[nl:]])
     md = out / "table3.md"
     with atomic_open(md) as f:
         f.write(

@@ -85,7 +85,7 @@ def log_cell(
     run,
     row: dict[str, Any],
     samples: Sequence[dict[str, Any]] = (),
-    recall_curve: Sequence[float] = (),
+    recall_at_k: Sequence[float] = (),
 ) -> None:
     """Log one evaluate job: metrics (summary), sample retrievals (table), recall@k curve."""
     import wandb
@@ -99,9 +99,9 @@ def log_cell(
         cols = list(samples[0])
         table = wandb.Table(columns=cols, data=[[str(s[c]) for c in cols] for s in samples])
         run.log({"samples": table})
-    if len(recall_curve):
+    if len(recall_at_k):
         curve = wandb.Table(
-            columns=["k", "recall"], data=[[k + 1, float(r)] for k, r in enumerate(recall_curve)]
+            columns=["k", "recall"], data=[[k + 1, float(r)] for k, r in enumerate(recall_at_k)]
         )
         run.log({"recall_curve": wandb.plot.line(curve, "k", "recall", title="passage recall@k")})
 

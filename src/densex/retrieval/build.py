@@ -1,7 +1,8 @@
 """Units file + retriever + index settings -> a cached `UnitSearcher`.
 
-Embeddings are keyed by (units file hash, the retriever fields that change document vectors),
-indexes by (embeddings key, index settings), so the jobs of a sweep that share a corpus,
+Embeddings are keyed by (units file hash, the retriever fields that change document vectors,
+`precision` among them), indexes by (embeddings key, index build settings; search parameters
+such as nprobe/efSearch are applied at load time), so the jobs of a sweep that share a corpus,
 granularity and retriever share one encoding and one index, and a changed input never reuses a
 stale artifact. A second call loads both and encodes nothing.
 """

@@ -34,7 +34,7 @@ from densex.utils.io import (
     write_manifest,
 )
 from densex.utils.logging import get_logger
-from densex.utils.models import resolve_precision
+from densex.utils.trainer import predict_trainer
 
 log = get_logger(__name__)
 
@@ -294,31 +294,10 @@ class UnitsProgressBar(RichProgressBar):
         super().on_predict_batch_end(trainer, pl_module, outputs, batch, batch_idx, dataloader_idx)
 
 
-def make_trainer(
-    trainer_cfg: Mapping[str, Any] | Any | None, root_dir: Path, callbacks: list
-) -> pl.Trainer:
-    """A predict-only Trainer from a `conf/trainer` node: no logger, no checkpoints, and no
-    distributed sampler (the data module splits whole shards across ranks itself)."""
-    import hydra.utils
-    from omegaconf import DictConfig, OmegaConf
-
-    cfg: dict[str, Any] = {"_target_": "pytorch_lightning.Trainer", "accelerator": "auto"}
-    if isinstance(trainer_cfg, DictConfig):
-        cfg.update(OmegaConf.to_container(trainer_cfg, resolve=False))  # type: ignore[arg-type]
-    elif trainer_cfg:
-        cfg.update(dict(trainer_cfg))
-    cfg.update(
-        default_root_dir=str(root_dir),
-        logger=False,
-        enable_checkpointing=False,
-        use_distributed_sampler=False,
-        enable_model_summary=False,
-    )
-    if "precision" in cfg:
-        cfg["precision"] = resolve_precision(cfg["precision"])
-    if cfg.get("enable_progress_bar", True):
-        callbacks = [*callbacks, UnitsProgressBar()]
-    return hydra.utils.instantiate(OmegaConf.create(cfg), callbacks=callbacks, _convert_="all")
+def progress_callbacks(trainer_cfg: Mapping[str, Any] | Any | None) -> list:
+    """The units/s progress bar, unless the trainer config turns progress bars off."""
+    enabled = trainer_cfg.get("enable_progress_bar", True) if trainer_cfg is not None else True
+    return [UnitsProgressBar()] if enabled else []
 
 
 # ----------------------------------------------------------------------------- entry point
@@ -361,6 +340,7 @@ def encode_units_to_dir(
 
     Resumes from complete shards; returns the opened `EmbeddingStore`. The directory is bound to
     one (units file, retriever, shard size, dtype): reusing it for another is a `DataError`.
+    Encoding runs in `retriever.precision` (default 32-true), whatever `trainer_cfg.precision` says.
     """
     spec = (
         retriever_cfg
@@ -418,7 +398,14 @@ def encode_units_to_dir(
             order[sh] = _length_order(encoder, shard_texts, rows)
             ids[sh] = [str(units[r]["id"]) for r in rows]
         writer = EmbeddingShardWriter(out, pending, ids, dtype)
-        trainer = make_trainer(trainer_cfg, out, [writer])
+        # encoding runs in the retriever's precision (part of the cache key), never the
+        # trainer's: `trainer.precision=auto` must not turn cached fp32 vectors into bf16 ones
+        trainer = predict_trainer(
+            trainer_cfg,
+            root_dir=out,
+            callbacks=[writer, *progress_callbacks(trainer_cfg)],
+            precision=spec.precision,
+        )
         world = trainer.world_size
         dm = UnitsDataModule(pending, order, texts, encoder, spec.batch_size)
         trainer.predict(EncoderModule(encoder), datamodule=dm, return_predictions=False)

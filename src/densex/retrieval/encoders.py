@@ -23,6 +23,8 @@ POOLINGS = ("cls", "mean", "pooler", "st")
 TITLE_MODES = ("pair", "prefix", "none")
 SIMILARITIES = ("dot", "cos")
 DTYPES = ("float32", "float16")
+# Lightning precision of encoding (units under Trainer.predict, queries under the same autocast).
+PRECISIONS = ("32-true", "bf16-mixed", "16-mixed")
 # Keys that only change how queries are encoded: left out of the document-embedding cache key.
 QUERY_ONLY_KEYS = ("query_model", "query_max_length", "query_prefix")
 # Keys that change speed, never values: left out of every cache key.
@@ -41,13 +43,16 @@ class RetrieverSpec:
     pooling: str = "cls"  # cls (last_hidden_state[:, 0]) | mean (masked) | pooler | st (ST modules)
     similarity: str = "dot"  # dot | cos (cos = L2-normalise, then inner product)
     max_length: int = 256
-    query_max_length: int = 64
+    # None: the model's own limit (sentence-transformers max_seq_length, else the tokenizer's)
+    query_max_length: int | None = None
     title: str = "prefix"  # pair: tokenizer(title, text) as DPR | prefix: title+sep+text | none
     title_sep: str = " "
     query_prefix: str = ""
     doc_prefix: str = ""
     batch_size: int = 64
     dtype: str = "float32"  # storage dtype of unit embeddings
+    # what encoding runs in (not the trainer's precision): 32-true | bf16-mixed | 16-mixed
+    precision: str = "32-true"
     device: str | None = None  # for query encoding / encode_units; None = cuda if available
 
     def __post_init__(self) -> None:
@@ -58,6 +63,7 @@ class RetrieverSpec:
             ("similarity", self.similarity, SIMILARITIES),
             ("title", self.title, TITLE_MODES),
             ("dtype", self.dtype, DTYPES),
+            ("precision", self.precision, PRECISIONS),
         ]
         for field, value, allowed in checks:
             if value not in allowed:
@@ -80,6 +86,10 @@ class RetrieverSpec:
     @property
     def doc_model_or_query(self) -> str:
         return self.doc_model or self.query_model
+
+    def autocast_dtype(self) -> torch.dtype | None:
+        """The autocast dtype of `precision` (None for 32-true), as Lightning's mixed precision."""
+        return {"bf16-mixed": torch.bfloat16, "16-mixed": torch.float16}.get(self.precision)
 
     def cache_fields(self, side: str = "doc") -> dict[str, Any]:
         """The fields that determine document (side='doc') or all embeddings, for cache keys."""
@@ -131,9 +141,9 @@ def masked_mean(hidden: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
 class TextEncoder(nn.Module):
     """Tokenised batch -> pooled (and, for cosine, L2-normalised) float32 embeddings."""
 
-    def __init__(self, model_path: str, spec: RetrieverSpec, max_length: int) -> None:
+    def __init__(self, model_path: str, spec: RetrieverSpec, max_length: int | None) -> None:
         super().__init__()
-        self.spec, self.max_length = spec, max_length
+        self.spec = spec
         path = resolve_model(model_path)
         if spec.backend == "sentence-transformers":
             from sentence_transformers import SentenceTransformer
@@ -146,6 +156,7 @@ class TextEncoder(nn.Module):
             self.model = _load_hf_model(path)
             self.tokenizer = AutoTokenizer.from_pretrained(path)
         self.model.eval()
+        self.max_length = _resolve_max_length(self, max_length)
 
     def tokenize(self, texts: Sequence[str] | Sequence[tuple[str, str]]) -> dict[str, Any]:
         """Pairs `(title, text)` truncate only the text, as DPR/pyserini encode passages."""
@@ -255,13 +266,18 @@ class DenseRetriever:
 
     @torch.inference_mode()
     def _encode(self, encoder: TextEncoder, texts: list, batch_size: int) -> np.ndarray:
+        """Batches under the spec's autocast, so queries see the precision units were encoded in
+        (Lightning's bf16-mixed/16-mixed = torch.autocast on the device type)."""
         chunks = []
+        dtype = self.spec.autocast_dtype()
         for i in range(0, len(texts), batch_size):
             feats = encoder.tokenize(texts[i : i + batch_size])
             feats = {
                 k: v.to(self.device) if isinstance(v, torch.Tensor) else v for k, v in feats.items()
             }
-            chunks.append(encoder(feats).cpu().numpy())
+            with torch.autocast(self.device.type, dtype=dtype, enabled=dtype is not None):
+                emb = encoder(feats)
+            chunks.append(emb.float().cpu().numpy())
         if not chunks:
             return np.zeros((0, encoder.dim), dtype=np.float32)
         return np.concatenate(chunks).astype(np.float32, copy=False)
@@ -285,13 +301,29 @@ class DenseRetriever:
         return (self._doc or self.query_encoder).dim
 
 
-def _share(other: TextEncoder, max_length: int) -> TextEncoder:
+def _share(other: TextEncoder, max_length: int | None) -> TextEncoder:
     """A second view of the same weights with another max length (no second copy in memory)."""
     enc = TextEncoder.__new__(TextEncoder)
     nn.Module.__init__(enc)
-    enc.spec, enc.max_length = other.spec, max_length
+    enc.spec = other.spec
     enc.model, enc.tokenizer = other.model, other.tokenizer
+    enc.max_length = _resolve_max_length(enc, max_length)
     return enc
+
+
+def _resolve_max_length(encoder: TextEncoder, max_length: int | None) -> int:
+    """`None` -> the model's own limit: a SentenceTransformer's `max_seq_length` (what
+    `SentenceTransformer.encode` truncates at), else the tokenizer's `model_max_length` capped by
+    the model's position embeddings (some tokenizers report a huge sentinel)."""
+    if max_length is not None:
+        return int(max_length)
+    if encoder.spec.backend == "sentence-transformers":
+        return int(encoder.model.max_seq_length)
+    limit = int(getattr(encoder.tokenizer, "model_max_length", 0) or 0)
+    positions = getattr(encoder.model.config, "max_position_embeddings", None)
+    if positions and (limit <= 0 or limit > positions):
+        limit = int(positions)
+    return limit if 0 < limit < 1_000_000 else 512
 
 
 def build_retriever(retriever_cfg: Mapping[str, Any] | Any) -> DenseRetriever:

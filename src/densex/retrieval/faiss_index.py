@@ -25,6 +25,11 @@ from densex.utils.logging import get_logger
 
 log = get_logger(__name__)
 
+# faiss GPU indexes assert k <= GPU_MAX_SELECTION_K (2048); larger searches go to a CPU copy.
+GPU_MAX_K = 2048
+# Search-time settings: applied when an index is loaded, never part of its build key.
+SEARCH_KEYS = ("use_gpu", "search_batch_size", "params", "recall_queries", "recall_k")
+
 
 @dataclass(frozen=True)
 class IndexSpec:
@@ -60,10 +65,11 @@ class IndexSpec:
         return self.factory.replace(" ", "") == "Flat"
 
     def cache_fields(self) -> dict[str, Any]:
-        """What changes the stored index (GPU use and batch size only change speed)."""
+        """What changes the stored index. GPU use, batch size and search parameters (nprobe,
+        efSearch) are applied at load time, and the recall check only measures, so changing them
+        reuses the index (the manifest's recall says which `params` it was measured with)."""
         d = dataclasses.asdict(self)
-        d["params"] = dict(self.params)
-        for k in ("use_gpu", "search_batch_size"):
+        for k in SEARCH_KEYS:
             d.pop(k)
         return d
 
@@ -102,6 +108,10 @@ def _is_gpu(index: faiss.Index) -> bool:
     return "Gpu" in type(index).__name__
 
 
+def _to_cpu(index: faiss.Index) -> faiss.Index:
+    return faiss.index_gpu_to_cpu(index)
+
+
 def gpu_available() -> bool:
     return hasattr(faiss, "StandardGpuResources") and faiss.get_num_gpus() > 0
 
@@ -124,6 +134,7 @@ class ShardedIndex:
             raise ValueError("one offset per shard")
         self.shards, self.offsets, self.spec = shards, offsets, spec
         self.info: dict[str, Any] = {}
+        self._cpu_copies: dict[int, faiss.Index] = {}
 
     @property
     def ntotal(self) -> int:
@@ -146,6 +157,7 @@ class ShardedIndex:
                 log.warning("index shard %d stays on CPU: %s", i, e)
                 moved.append(s)
         self.shards, self._gpu_res = moved, res
+        self._cpu_copies = {}
         for s in self.shards:
             _set_params(s, self.spec.params)
         return self
@@ -163,11 +175,11 @@ class ShardedIndex:
         for b in range(0, len(q), bs):
             qb = q[b : b + bs]
             parts_d, parts_i = [], []
-            for shard, off in zip(self.shards, self.offsets):
+            for s_idx, (shard, off) in enumerate(zip(self.shards, self.offsets)):
                 k = min(n, shard.ntotal)
                 if k == 0:
                     continue
-                d, i = shard.search(qb, k)
+                d, i = self._shard_for(s_idx, k).search(qb, k)
                 parts_d.append(np.where(i >= 0, d, -np.inf).astype(np.float32))
                 parts_i.append(np.where(i >= 0, i + off, -1))
             d = np.concatenate(parts_d, axis=1)
@@ -179,6 +191,25 @@ class ShardedIndex:
             m = min(n, d.shape[1])
             scores[b : b + bs, :m], rows[b : b + bs, :m] = d[:, :m], i[:, :m]
         return scores, rows
+
+    def _shard_for(self, s: int, k: int) -> faiss.Index:
+        """Shard `s`, or for k above faiss-GPU's selection limit a CPU copy of it (made once,
+        with the same search parameters), so the doubling search of fine-grained units can ask
+        for any n."""
+        shard = self.shards[s]
+        if k <= GPU_MAX_K or not _is_gpu(shard):
+            return shard
+        if s not in self._cpu_copies:
+            log.warning(
+                "top-%d exceeds the faiss GPU limit (%d): shard %d is searched on a CPU copy",
+                k,
+                GPU_MAX_K,
+                s,
+            )
+            cpu = _to_cpu(shard)
+            _set_params(cpu, self.spec.params)
+            self._cpu_copies[s] = cpu
+        return self._cpu_copies[s]
 
     def save(self, out_dir: str | Path, **manifest: Any) -> Path:
         """One file per shard (written atomically), then the manifest: its presence = complete."""
@@ -226,6 +257,14 @@ class ShardedIndex:
             shards.append(shard)
         index = cls(shards, [e["offset"] for e in man["shards"]], spec)
         index.info = {k: man[k] for k in ("recall", "build_seconds") if k in man}
+        measured_with = index.info.get("recall", {}).get("params")
+        if measured_with is not None and measured_with != dict(spec.params):
+            log.info(
+                "index %s: stored recall was measured with %s, searching with %s",
+                d,
+                measured_with,
+                dict(spec.params),
+            )
         return index.to_gpu()
 
 
@@ -270,7 +309,10 @@ def build_index(vectors: Any, spec: IndexSpec | Mapping[str, Any] | None = None)
     index = ShardedIndex(shards, bounds[:-1], spec)
     index.info = {"factory": factory}
     if not spec.exact and spec.recall_queries > 0 and ntotal > 0:
-        index.info["recall"] = measure_recall(index, vectors, spec.recall_queries, spec.recall_k)
+        index.info["recall"] = {
+            **measure_recall(index, vectors, spec.recall_queries, spec.recall_k),
+            "params": dict(spec.params),
+        }
         log.info(
             "index %s: recall@%d vs exact = %.4f on %d sampled vectors",
             factory,

@@ -1,0 +1,86 @@
+"""The one place a predict-only Lightning `Trainer` is built (encoding and generation share it)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytorch_lightning as pl
+
+from densex.utils.models import resolve_precision
+
+# What predict needs whatever the config says: no logger, no checkpoints, no model summary, and
+# no distributed sampler (encoding and generation split whole shards across ranks themselves).
+PREDICT_OVERRIDES: dict[str, Any] = {
+    "logger": False,
+    "enable_checkpointing": False,
+    "enable_model_summary": False,
+    "use_distributed_sampler": False,
+}
+
+
+def _plain(value: Any) -> Any:
+    from omegaconf import DictConfig, ListConfig, OmegaConf
+
+    if isinstance(value, (DictConfig, ListConfig)):
+        return OmegaConf.to_container(value, resolve=True)
+    return value
+
+
+def trainer_kwargs(
+    trainer_cfg: Mapping[str, Any] | Any | None,
+    root_dir: str | Path | None = None,
+    precision: str | int | None = None,
+) -> dict[str, Any]:
+    """The keyword arguments (with `_target_` when the config has one) `predict_trainer` uses.
+
+    A Hydra node is read key by key, so an interpolation that is overridden here (the
+    `default_root_dir: ${paths.output_dir}` of `conf/trainer/default.yaml`) is never resolved.
+    """
+    from omegaconf import DictConfig
+
+    if trainer_cfg is None:
+        cfg: dict[str, Any] = {"accelerator": "auto", "devices": 1}
+    else:
+        cfg = {"accelerator": "auto"}
+        skip = {"default_root_dir"} if root_dir is not None else set()
+        if precision is not None:
+            skip.add("precision")
+        if isinstance(trainer_cfg, DictConfig):
+            for key in trainer_cfg:
+                if key not in skip:
+                    cfg[str(key)] = _plain(trainer_cfg[key])
+        else:
+            cfg.update({k: v for k, v in dict(trainer_cfg).items() if k not in skip})
+    if root_dir is not None:
+        cfg["default_root_dir"] = str(root_dir)
+    if precision is not None:
+        cfg["precision"] = precision
+    if "precision" in cfg:
+        cfg["precision"] = resolve_precision(cfg["precision"])
+    cfg.pop("callbacks", None)
+    cfg.update(PREDICT_OVERRIDES)
+    return cfg
+
+
+def predict_trainer(
+    trainer_cfg: Mapping[str, Any] | Any | None,
+    root_dir: str | Path | None = None,
+    callbacks: Sequence[Any] = (),
+    precision: str | int | None = None,
+) -> pl.Trainer:
+    """A predict-only `pl.Trainer` from a `conf/trainer` node (Hydra `_target_`), plain kwargs or
+    None (one device, accelerator auto). `precision` (e.g. a retriever's) overrides the config's;
+    either goes through `resolve_precision` (`auto` = bf16-mixed on a bf16 GPU, else 32-true)."""
+    cfg = trainer_kwargs(trainer_cfg, root_dir, precision)
+    target = cfg.pop("_target_", None)
+    cfg.pop("_convert_", None)
+    cfg.pop("_recursive_", None)
+    if target is None or target == "pytorch_lightning.Trainer":
+        return pl.Trainer(**cfg, callbacks=list(callbacks))
+    import hydra.utils
+
+    return hydra.utils.instantiate(
+        {"_target_": target, **cfg}, callbacks=list(callbacks), _convert_="all"
+    )
