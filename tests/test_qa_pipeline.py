@@ -61,3 +61,35 @@ def test_budget_sweep_with_reader_writes_em_and_table3(repo_root, minilm_path, t
     assert line["granularity"] == "proposition"
     assert float(line["demo EM@100"]) == rows[0]["em@100"]
     assert float(line["demo EM@500"]) == rows[1]["em@500"]
+
+
+def test_curated_regex_cell_counts_patterns_that_never_match(repo_root, shared_data, tmp_path):
+    """CuratedTREC's answers are regexes; three of them break under DPR's NFD normalisation and
+    never match (as in DPR). The cell keeps those questions and says how many there are."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    from densex.pipelines.evaluate import run
+
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(version_base="1.3", config_dir=str(repo_root / "conf")):
+        cfg = compose(
+            "evaluate",
+            overrides=[
+                "corpus=demo",
+                "dataset=curated",
+                f"dataset.path={shared_data}/qa/curated/curated-test.dpr.jsonl",
+                "retriever=bm25",
+                "granularity=passage",
+                "limit_questions=200",  # lines 1-200 hold one such pattern (line 159)
+                "topk=[1,5]",
+                f"paths.cache_dir={tmp_path / 'cache'}",
+                f"paths.output_dir={tmp_path / 'run'}",
+            ],
+        )
+    run(cfg)
+    row = json.loads((tmp_path / "run" / "results.jsonl").read_text())
+    assert row["n_questions"] == 200
+    assert row["n_unmatchable_answers"] == 1
+    retrieval = json.loads((tmp_path / "run" / "retrieval.json").read_text())
+    assert not any(c["has_answer"] for c in retrieval[158]["ctxs"])

@@ -120,7 +120,10 @@ def run(cfg: DictConfig) -> float:
     t_index = time.perf_counter() - t0
 
     limit = cfg.get("limit_questions")
-    questions = load_dataset_questions(cfg.dataset, limit=int(limit) if limit else None)
+    unmatchable: list = []  # regex answers that NFD breaks: kept (as DPR does), counted
+    questions = load_dataset_questions(
+        cfg.dataset, limit=int(limit) if limit else None, unmatchable=unmatchable
+    )
     if not questions:
         raise DataError(str(cfg.dataset.get("path", cfg.dataset)), None, None, "no questions")
 
@@ -182,6 +185,7 @@ def run(cfg: DictConfig) -> float:
         **keys,
         **metrics,
         "n_questions": len(questions),
+        "n_unmatchable_answers": len(unmatchable),
         "n_units": len(units),
         "n_passages": len(passages),
         "time_units_s": round(t_units, 3),
