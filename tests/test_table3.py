@@ -153,3 +153,32 @@ def test_write_table3_with_a_varying_condition(tmp_path):
         lines = list(csv.reader(f))
     assert lines[0][:3] == ["retriever", "index", "granularity"]
     assert lines[3] == ["gtr", "hnsw", "passage", "28.0000", "28.0000"]
+
+
+def test_answer_recall_panels_keep_indexes_apart_and_share_budgets(tmp_path):
+    from densex.report.plots import answer_recall_panels
+
+    dirs = []
+    for i, (g, index, budget) in enumerate(
+        [("passage", "flat", 100), ("passage", "flat", 500), ("passage", "hnsw", 100)]
+    ):
+        d = tmp_path / str(i)
+        d.mkdir()
+        write_curve(d / "answer_recall_by_words.csv", np.full(501, 10.0 * (i + 1)), step=100)
+        row = {
+            "retriever": "gtr",
+            "granularity": g,
+            "dataset": "nq",
+            "corpus": "wiki",
+            "index": index,
+            "budget": budget,
+        }
+        (d / "results.jsonl").write_text(json.dumps(row) + "\n")
+        dirs.append(d)
+    panels = answer_recall_panels(dirs)
+    assert set(panels) == {("gtr", "nq", "wiki", "flat"), ("gtr", "nq", "wiki", "hnsw")}
+    # the budget-500 job of the flat index shares the first job's curve
+    assert panels[("gtr", "nq", "wiki", "flat")]["passage"][1][0] == 10.0
+    assert panels[("gtr", "nq", "wiki", "hnsw")]["passage"][1][0] == 30.0
+    out = plot_answer_recall(dirs, tmp_path / "recall.png")
+    assert out is not None and out.stat().st_size > 5000

@@ -31,13 +31,14 @@ def _label(value: Any) -> str:
 
 
 def job_labels(job_dir: str | os.PathLike) -> dict[str, str]:
-    """retriever, granularity, dataset of a job, from the last row of its results.jsonl."""
+    """retriever, granularity, dataset, corpus, index of a job, from its results.jsonl."""
     path = Path(job_dir) / "results.jsonl"
     rows = list(read_jsonl(path, required=("granularity",)))
     if not rows:
         raise DataError(path, None, None, "no result rows")
     last = rows[-1]
-    return {k: _label(last.get(k, "?")) for k in ("retriever", "granularity", "dataset")}
+    keys = ("retriever", "granularity", "dataset", "corpus", "index")
+    return {k: _label(last.get(k, "?")) for k in keys}
 
 
 def _savefig(fig: Any, out_png: Path) -> Path:
@@ -49,26 +50,39 @@ def _savefig(fig: Any, out_png: Path) -> Path:
     return out_png
 
 
+Panel = tuple[str, str, str, str]  # retriever, dataset, corpus, index
+
+
+def answer_recall_panels(
+    job_dirs: Iterable[str | os.PathLike],
+) -> dict[Panel, dict[str, tuple[list[int], list[float]]]]:
+    """Each job's answer-recall curve under its panel and granularity (first job found wins:
+    jobs differing only in budget or reader have the same curve)."""
+    curves: dict[Panel, dict[str, tuple[list[int], list[float]]]] = {}
+    for d in job_dirs:
+        if not (Path(d) / CURVE_FILE).exists():
+            continue
+        lab = job_labels(d)
+        key = (lab["retriever"], lab["dataset"], lab["corpus"], lab["index"])
+        curves.setdefault(key, {}).setdefault(lab["granularity"], read_curve(Path(d) / CURVE_FILE))
+    return curves
+
+
 def plot_answer_recall(
     job_dirs: Iterable[str | os.PathLike], out_png: str | os.PathLike
 ) -> Path | None:
-    """One panel per (retriever, dataset), one line per granularity; None without curves.
+    """One panel per (retriever, dataset, corpus, index), one line per granularity; None
+    without curves. Corpus and index join the panel title when they vary in the sweep.
 
-    Jobs that differ only in budget share a curve (it does not depend on the reader), so
-    the first one found is drawn.
+    Jobs that differ only in budget or reader share a curve (it depends on neither), so the
+    first one found is drawn.
     """
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    curves: dict[tuple[str, str], dict[str, tuple[list[int], list[float]]]] = {}
-    for d in job_dirs:
-        if not (Path(d) / CURVE_FILE).exists():
-            continue
-        lab = job_labels(d)
-        panel = curves.setdefault((lab["retriever"], lab["dataset"]), {})
-        panel.setdefault(lab["granularity"], read_curve(Path(d) / CURVE_FILE))
+    curves = answer_recall_panels(job_dirs)
     if not curves:
         return None
     keys = sorted(
@@ -78,8 +92,11 @@ def plot_answer_recall(
             k[0],
             order_index(k[1], DATASET_ORDER),
             k[1],
+            k[2],
+            k[3],
         ),
     )
+    varying = [i for i in (2, 3) if len({k[i] for k in keys}) > 1]
     ncols = min(len(keys), 3)
     nrows = math.ceil(len(keys) / ncols)
     fig, axes = plt.subplots(nrows, ncols, figsize=(4.5 * ncols, 3.4 * nrows), squeeze=False)
@@ -90,7 +107,8 @@ def plot_answer_recall(
             ax.plot(words, recall, label=_name(gran), color=COLORS.get(gran))
         for l_words in (100, 500):
             ax.axvline(l_words, color="grey", linestyle=":", linewidth=0.8)
-        ax.set_title(f"{_name(key[0])} — {_name(key[1])}")
+        extra = ", ".join(key[i] for i in varying)
+        ax.set_title(f"{_name(key[0])} — {_name(key[1])}" + (f" ({extra})" if extra else ""))
         ax.set_xlabel("number of retrieved words")
         ax.set_ylabel("answer recall (%)")
         ax.grid(alpha=0.3)
