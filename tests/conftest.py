@@ -57,3 +57,27 @@ def tiny_t5(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from densex.utils.tiny_t5 import build_tiny_t5
 
     return build_tiny_t5(tmp_path_factory.mktemp("tiny_t5"))
+
+
+TINY_BERT = dict(
+    hidden_size=32,
+    num_hidden_layers=2,
+    num_attention_heads=2,
+    intermediate_size=64,
+    max_position_embeddings=128,
+)
+
+
+@pytest.fixture(scope="session")
+def tiny_bert_dir(tmp_path_factory: pytest.TempPathFactory, minilm_path: str) -> Path:
+    """A tiny random BertModel with MiniLM's (real) tokenizer, saved with save_pretrained."""
+    import torch
+    from transformers import AutoTokenizer, BertConfig, BertModel
+
+    tok = AutoTokenizer.from_pretrained(minilm_path)
+    torch.manual_seed(0)
+    model = BertModel(BertConfig(vocab_size=tok.vocab_size, **TINY_BERT))
+    path = tmp_path_factory.mktemp("tiny_bert")
+    model.save_pretrained(path)
+    tok.save_pretrained(path)
+    return path

@@ -34,28 +34,11 @@ def units_file(tmp_path_factory, squad_open: Path) -> Path:
 
 
 @pytest.fixture(scope="module")
-def tiny_bert(tmp_path_factory, minilm_path) -> dict:
-    """A tiny random BERT (MiniLM's tokenizer) as a contriever-style retriever config."""
-    from transformers import AutoTokenizer, BertConfig, BertModel
-
-    tok = AutoTokenizer.from_pretrained(minilm_path)
-    torch.manual_seed(0)
-    model = BertModel(
-        BertConfig(
-            vocab_size=tok.vocab_size,
-            hidden_size=32,
-            num_hidden_layers=2,
-            num_attention_heads=2,
-            intermediate_size=64,
-            max_position_embeddings=128,
-        )
-    )
-    path = tmp_path_factory.mktemp("tiny_bert")
-    model.save_pretrained(path)
-    tok.save_pretrained(path)
+def tiny_bert(tiny_bert_dir) -> dict:
+    """The tiny random BERT as a contriever-style retriever config."""
     return {
         "name": "tiny",
-        "query_model": str(path),
+        "query_model": str(tiny_bert_dir),
         "pooling": "mean",
         "similarity": "dot",
         "max_length": 128,
