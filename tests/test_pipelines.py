@@ -305,7 +305,7 @@ def test_recall_at_each_k_is_cumulative():
     assert recall_at_each_k(hits).tolist() == [0.25, 0.5, 0.75]
 
 
-@pytest.mark.parametrize("experiment", ["demo", "table2", "table3"])
+@pytest.mark.parametrize("experiment", ["demo", "squad-open", "table2", "table3"])
 def test_experiment_configs_compose(repo_root, experiment):
     GlobalHydra.instance().clear()
     with initialize_config_dir(version_base="1.3", config_dir=str(repo_root / "conf")):
@@ -316,6 +316,9 @@ def test_experiment_configs_compose(repo_root, experiment):
     if experiment == "demo":
         assert cfg.corpus.name == "demo" and cfg.retriever.name == "minilm"
         assert list(cfg.hydra.callbacks.aggregate.ks) == [1, 5, 20]
+    elif experiment == "squad-open":
+        assert cfg.corpus.name == cfg.dataset.name == "squad-open"
+        assert cfg.retriever.name == "minilm" and not cfg.retrieval_text
     else:
         assert params.retriever == "simcse,contriever,dpr,ance,tasb,gtr"
         assert params.dataset == "nq,tqa,webq,squad,eq"

@@ -235,3 +235,17 @@ def test_shared_naming_covers_both_tables():
         "x",
         "y",
     ]
+
+
+def test_single_dataset_tables_show_no_average_column(tmp_path):
+    """An `Avg` over one dataset repeats it: shown tables drop it, the CSV keeps it."""
+    from densex.report.table2 import table2_markdown, write_table2
+
+    rows = [
+        {"retriever": "minilm", "granularity": g, "dataset": "demo", "recall@5": v, "recall@20": v}
+        for g, v in (("passage", 90.0), ("proposition", 95.0))
+    ]
+    table = write_table2(rows, tmp_path)
+    md = table2_markdown(table)
+    assert "Avg" not in md and "R@5" in md
+    assert "Avg R@5" in (tmp_path / "table2.csv").read_text().splitlines()[0]

@@ -144,13 +144,21 @@ def metric_columns(table: Sequence[dict[str, Any]]) -> list[str]:
     return [c for c in table[0] if c not in LABEL_FIELDS] if table else []
 
 
+def display_columns(table: Sequence[dict[str, Any]]) -> list[str]:
+    """Metric columns to show: the `Avg` columns only when there is more than one dataset to
+    average (the CSV keeps them all)."""
+    cols = metric_columns(table)
+    datasets = {c.rsplit(" ", 1)[0] for c in cols if not c.startswith("Avg ")}
+    return [c for c in cols if len(datasets) > 1 or not c.startswith("Avg ")]
+
+
 def _block(row: dict[str, Any]) -> tuple:
     return tuple(row.get(c) for c in ("retriever", *CONDITION_FIELDS))
 
 
 def table2_markdown(table: Sequence[dict[str, Any]]) -> str:
     """GitHub Markdown: the block labels are printed once per block, gains are signed."""
-    cols = metric_columns(table)
+    cols = display_columns(table)
     block_cols = label_columns(table)[:-1]  # all but granularity
     header = [c.capitalize() for c in block_cols] + ["Granularity"] + [_label(c) for c in cols]
     lines = [
@@ -197,7 +205,7 @@ def print_table2(
     from rich.console import Console
     from rich.table import Table
 
-    cols = metric_columns(table)
+    cols = display_columns(table)
     block_cols = label_columns(table)[:-1]
     t = Table(title=title)
     for c in block_cols:
@@ -217,4 +225,6 @@ def print_table2(
             "Δ prop − psg" if gain else row["granularity"],
             *[_fmt(row[c], gain) for c in cols],
         )
-    Console().print(t)
+    console = Console()
+    # logs and captured output default to 80 columns, which would truncate the labels
+    Console(width=max(console.width, 120)).print(t)
