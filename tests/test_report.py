@@ -249,3 +249,43 @@ def test_single_dataset_tables_show_no_average_column(tmp_path):
     md = table2_markdown(table)
     assert "Avg" not in md and "R@5" in md
     assert "Avg R@5" in (tmp_path / "table2.csv").read_text().splitlines()[0]
+
+
+class _RecordingRun:
+    """Stands in for a wandb Run: keeps what was logged (the objects are real wandb types)."""
+
+    def __init__(self) -> None:
+        self.logged: dict = {}
+        self.summary: dict = {}
+        self.finished = False
+
+    def log(self, data: dict) -> None:
+        self.logged.update(data)
+
+    def finish(self) -> None:
+        self.finished = True
+
+
+def test_wandb_gets_the_answer_recall_curve_figure_and_table3(tmp_path, monkeypatch):
+    wandb = pytest.importorskip("wandb")
+    from densex.qa.cell import write_curve
+    from densex.report import callback, wandb_log
+
+    run = _RecordingRun()
+    wandb_log.log_cell(run, {"recall@5": 50.0}, [], [0.5], ([0, 1, 2], [0.0, 10.0, 20.0]))
+    assert {"recall@5", "recall_curve", "answer_recall_by_words"} <= set(run.logged)
+
+    rows = [
+        _row("gtr", g, "nq", 40.0, 60.0, budget=100, **{"em@100": em})
+        for g, em in [("passage", 30.0), ("proposition", 35.0)]
+    ]
+    _write_sweep(tmp_path, rows)
+    for i in range(2):
+        write_curve(tmp_path / str(i) / "answer_recall_by_words.csv", [0.0, 10.0, 50.0])
+    sweep_run = _RecordingRun()
+    monkeypatch.setattr(wandb_log, "init_run", lambda *a, **k: sweep_run)
+    callback.aggregate_sweep(tmp_path, OmegaConf.create({"logger": {"wandb": {}}}))
+    assert isinstance(sweep_run.logged["answer_recall_by_words"], wandb.Image)
+    table3 = sweep_run.logged["table3"]
+    assert isinstance(table3, wandb.Table) and len(table3.data) == 2
+    assert isinstance(sweep_run.logged["table2"], wandb.Table) and sweep_run.finished

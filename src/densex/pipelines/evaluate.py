@@ -333,5 +333,9 @@ def _log_wandb(cfg: DictConfig, row, dpr_rows, units, results, curve) -> None:
                 ),
             }
         )
-    log_cell(run, row, samples, curve)
+    from densex.qa.cell import CURVE_FILE, read_curve
+
+    curve_path = Path(cfg.paths.output_dir) / CURVE_FILE
+    answer_recall = read_curve(curve_path) if curve_path.exists() else None
+    log_cell(run, row, samples, curve, answer_recall)
     run.finish()

@@ -55,11 +55,17 @@ def aggregate_sweep(
         written["plot"] = plot_answer_recall(curve_dirs, sweep_dir / "answer_recall_by_words.png")
 
     if config is not None:
-        from densex.report.wandb_log import init_run, log_table
+        from densex.report.wandb_log import init_run, log_files, log_table
 
         run = init_run(config, save_dir=sweep_dir, name="table2", job_type="aggregate")
         if run is not None:
             log_table(run, "table2", table)
+            table3 = written.get("table3")
+            log_files(
+                run,
+                images={"answer_recall_by_words": written.get("plot")},
+                csvs={"table3": table3.with_suffix(".csv") if table3 else None},
+            )
             run.finish()
     log.info("wrote %s (%d results rows)", sweep_dir / "table2.md", len(rows))
     return written

@@ -86,8 +86,10 @@ def log_cell(
     row: dict[str, Any],
     samples: Sequence[dict[str, Any]] = (),
     recall_at_k: Sequence[float] = (),
+    answer_recall: tuple[Sequence[int], Sequence[float]] | None = None,
 ) -> None:
-    """Log one evaluate job: metrics (summary), sample retrievals (table), recall@k curve."""
+    """Log one evaluate job: metrics (summary), sample retrievals (table), the recall@k curve
+    and the answer recall vs number of retrieved words (`(words, recall)`)."""
     import wandb
 
     metrics = {
@@ -104,6 +106,13 @@ def log_cell(
             columns=["k", "recall"], data=[[k + 1, float(r)] for k, r in enumerate(recall_at_k)]
         )
         run.log({"recall_curve": wandb.plot.line(curve, "k", "recall", title="passage recall@k")})
+    if answer_recall is not None and len(answer_recall[0]):
+        words, recall = answer_recall
+        table = wandb.Table(
+            columns=["words", "recall"], data=[[int(w), float(r)] for w, r in zip(words, recall)]
+        )
+        title = "answer recall (%) within the first l retrieved words"
+        run.log({"answer_recall_by_words": wandb.plot.line(table, "words", "recall", title=title)})
 
 
 def log_table(run, key: str, table: Sequence[dict[str, Any]]) -> None:
@@ -114,3 +123,24 @@ def log_table(run, key: str, table: Sequence[dict[str, Any]]) -> None:
         return
     cols = list(table[0])
     run.log({key: wandb.Table(columns=cols, data=[[r.get(c) for c in cols] for r in table])})
+
+
+def log_files(
+    run, images: dict[str, Any] | None = None, csvs: dict[str, Any] | None = None
+) -> None:
+    """Log figures (PNG paths) as W&B images and CSV files (e.g. Table 3) as W&B tables;
+    missing paths (None) are skipped."""
+    import csv
+
+    import wandb
+
+    for key, path in (images or {}).items():
+        if path is not None:
+            run.log({key: wandb.Image(str(path))})
+    for key, path in (csvs or {}).items():
+        if path is None:
+            continue
+        with open(path, encoding="utf-8") as f:
+            rows = list(csv.reader(f))
+        if rows:
+            run.log({key: wandb.Table(columns=rows[0], data=rows[1:])})
