@@ -6,7 +6,9 @@
         --retrieval proposition=logs/evaluate/multiruns/X/2/retrieval.json \
         --k 5 20 --scheme log --out-dir reports/popularity
 
-A `--retrieval` without `name=` takes its granularity from the job's results.jsonl.
+A `--retrieval` without `name=` takes its granularity from the job's results.jsonl. Records
+join questions by id (`eq-P19-0`: --id-prefix is the dataset config's name, `eq`); files
+without ids fall back to question text and fail on ambiguous duplicate questions.
 Writes question_popularity.csv, popularity_recall.csv/.png and a manifest to --out-dir.
 """
 
@@ -41,6 +43,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--scheme", choices=["log", "quantile"], default="log")
     p.add_argument("--buckets", type=int, default=5, help="bucket count for --scheme quantile")
     p.add_argument("--base", type=float, default=10.0, help="bucket ratio for --scheme log")
+    p.add_argument(
+        "--id-prefix",
+        default="eq",
+        help="question id prefix: the dataset config name the retrievals were run with",
+    )
+    p.add_argument(
+        "--on-short",
+        choices=["warn", "raise"],
+        default="warn",
+        help="a retrieval with fewer contexts than max --k: warn (counted as misses) or fail",
+    )
     p.add_argument("--out-dir", required=True)
     args = p.parse_args(argv)
 
@@ -60,6 +73,8 @@ def main(argv: list[str] | None = None) -> int:
         args.scheme,
         args.buckets,
         args.base,
+        id_prefix=args.id_prefix,
+        on_short=args.on_short,
     )
     table = Table(title=f"EntityQuestions recall by popularity ({len(result.questions)} questions)")
     for col in ["granularity", "label", "n", *[f"recall@{k}" for k in args.k]]:

@@ -145,6 +145,29 @@ CATALOGUE = [
     ("garbage", "lorem ipsum dolor sit amet $$$ {{", [], False, (), 0),
     ("garbage-with-brackets", "The [citation needed] text ]] [[", [], False, (), 0),
     ("only-opening-bracket", '["unfinished', [], False, (), 0),
+    # a '[' inside a string already read is text, never the start of another list
+    ("bracket-in-truncated-string", '["The album [\'Live\'', [], False, (), 0),
+    ("bracket-list-in-truncated-string", '["The album [\'Live\', \'X\'] was', [], False, (), 0),
+    ("bracket-after-empty-string", '["", "The album [\'Live\'', [], False, (), 0),
+    ("bracket-after-non-string", '[1, "x [\'y\'', [], False, (), 0),
+    ("bracket-in-object-string", '[{"k": "x [\'y\']"},', [], False, (), 0),
+    (
+        "bracket-in-later-truncated-string",
+        '["A is B.", "The album [\'Live\'',
+        ["A is B."],
+        True,
+        ("truncated",),
+        0,
+    ),
+    (
+        "bracket-in-string-after-prefix-list",
+        'Output ["x"]: ["The album [\'Live\'',
+        ["x"],
+        True,
+        ("prefix", "suffix"),
+        0,
+    ),
+    ("bracket-in-prose-prefix", 'Note [see below: ["A is B."]', ["A is B."], True, ("prefix",), 0),
     ("empty", "   ", [], False, (), 0),
 ]
 
@@ -167,7 +190,11 @@ def test_none_is_an_empty_output():
     assert not r.ok and r.error == "empty output"
 
 
-items = st.lists(st.text(min_size=0, max_size=30), min_size=0, max_size=8)
+# strings rich in what the scanner reacts to: brackets, both quotes, commas, backslashes,
+# braces and whole list-looking fragments (`The album ['Live'`), as well as any other text
+_FRAGMENTS = ["[", "]", "'", '"', ",", "\\", "{", "}", ":", " ", "a", "b", "['x'", "['x', 'y']"]
+_tricky = st.lists(st.sampled_from(_FRAGMENTS), max_size=12).map("".join)
+items = st.lists(st.one_of(st.text(min_size=0, max_size=30), _tricky), min_size=0, max_size=8)
 
 
 @given(items, st.booleans(), st.data())
@@ -180,6 +207,17 @@ def test_any_truncation_keeps_exactly_a_prefix_of_complete_strings(values, ascii
     cut = data.draw(st.integers(min_value=0, max_value=len(text)))
     got = parse_propositions(text[:cut]).propositions
     assert got == clean[: len(got)]
+
+
+@given(st.lists(_tricky, min_size=1, max_size=4))
+def test_a_cut_inside_the_first_string_yields_nothing(values):
+    """No complete string exists before the first one closes, so nothing may come back, even
+    when the cut-off string holds something list-like (a '[' in it is never a list start)."""
+    text = json.dumps(values)
+    first_len = len(json.dumps(values[0]))  # text[1 : 1 + first_len] is the first string
+    for cut in range(1, first_len + 1):
+        r = parse_propositions(text[:cut])
+        assert r.propositions == [] and not r.ok, text[:cut]
 
 
 def _real_teacher_lists(squad_open, n=60):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+import logging
 import subprocess
 import sys
 
@@ -83,15 +84,19 @@ def test_buckets():
         bucket_edges([1], "linear")
 
 
-def _retrieval(path, questions, hit_rank):
-    """A DPR-format retrieval.json where question i first has the answer at rank hit_rank[i]."""
+def _retrieval(path, questions, hit_rank, ids=None, answers=None, n_ctxs=5):
+    """A DPR-format retrieval.json where question i first has the answer at rank hit_rank[i]
+    (records carry `ids[i]` and `answers[i]` when given)."""
     recs = []
-    for q, r in zip(questions, hit_rank):
+    for i, (q, r) in enumerate(zip(questions, hit_rank)):
         ctxs = [
             {"id": str(j), "title": "", "text": "", "score": 1.0, "has_answer": j == r}
-            for j in range(5)
+            for j in range(n_ctxs)
         ]
-        recs.append({"question": q, "answers": ["x"], "ctxs": ctxs})
+        rec = {"question": q, "answers": answers[i] if answers else ["x"], "ctxs": ctxs}
+        if ids is not None:
+            rec = {"id": ids[i], **rec}
+        recs.append(rec)
     path.write_text(json.dumps(recs))
     return path
 
@@ -167,3 +172,104 @@ def test_run_popularity_end_to_end_and_cli(eq_dir, tmp_path, repo_root):
     )
     assert "recall@5" in out.stdout
     assert (tmp_path / "cli" / "question_popularity.csv").exists()
+
+
+def test_duplicate_question_texts_are_joined_by_id(tmp_path):
+    """Two questions share a text but not their answers: each keeps its own hits."""
+    text = "Who owns Example Park?"
+    qs = [
+        {"id": "eq-P127-1", "question": text, "answers": ["Derry GAA"], "entity": "Example Park"},
+        {"id": "eq-P127-2", "question": text, "answers": ["Celtic F.C."], "entity": "Example Park"},
+        {"id": "eq-P127-3", "question": "Who owns Other?", "answers": ["A"], "entity": "Other"},
+    ]
+    path = _retrieval(
+        tmp_path / "r.json",
+        [q["question"] for q in qs],
+        [0, 9, 0],
+        ids=[q["id"] for q in qs],
+        answers=[q["answers"] for q in qs],
+    )
+    hits = retrieval_hits(path, [1])
+    assert hits.key == "id" and len(hits) == 3
+    res = popularity_recall(qs, [5, 5, 50], {"passage": hits}, ks=[1])
+    table = {r["label"]: r for r in res.table}
+    # keyed by text, the second record overwrote the first: 0% of 2 instead of 50%
+    assert table["1-9"]["n"] == 2 and table["1-9"]["recall@1"] == 50.0
+    assert table["10-99"]["recall@1"] == 100.0
+
+
+def test_text_keyed_retrievals_refuse_ambiguous_duplicates(tmp_path):
+    text = "Who owns Example Park?"
+    path = _retrieval(
+        tmp_path / "r.json", [text, text], [0, 9], answers=[["Derry GAA"], ["Celtic F.C."]]
+    )
+    with pytest.raises(DataError, match="more than once"):
+        retrieval_hits(path, [1])
+    # the same question twice with the same answers and hits is not ambiguous
+    same = _retrieval(tmp_path / "s.json", [text, text], [0, 0])
+    hits = retrieval_hits(same, [1])
+    assert hits.key == "question" and dict(hits) == {text: {1: True}}
+
+
+def test_short_retrievals_warn_once_or_raise(tmp_path, caplog):
+    path = _retrieval(tmp_path / "r.json", ["q1", "q2", "q3"], [9, 9, 0], n_ctxs=3)
+    with caplog.at_level(logging.WARNING, logger="densex.qa.popularity"):
+        hits = retrieval_hits(path, [1, 5])
+    warnings = [r for r in caplog.records if "fewer than" in r.getMessage()]
+    assert len(warnings) == 1
+    assert "3 of 3 records hold fewer than 5 contexts (fewest 3)" in warnings[0].getMessage()
+    assert hits.short == 3 and hits["q3"] == {1: True, 5: True}
+    with pytest.raises(DataError, match="fewer than 5 contexts"):
+        retrieval_hits(path, [1, 5], on_short="raise")
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="densex.qa.popularity"):
+        assert retrieval_hits(path, [1, 3]).short == 0
+    assert not [r for r in caplog.records if "fewer than" in r.getMessage()]
+
+
+def test_eq_ids_match_the_dataset_config_loader(eq_dir, tmp_path):
+    """popularity and evaluate (load_dataset_questions with conf/dataset/eq.yaml) agree on ids,
+    whatever the directory is called."""
+    from densex.data.questions import load_dataset_questions
+
+    link = tmp_path / "entity_questions"
+    link.symlink_to(eq_dir, target_is_directory=True)
+    cfg = {"name": "eq", "path": str(link), "format": "eq", "match": "string", "split": None}
+    ours = load_eq_questions(link)
+    theirs = load_dataset_questions(cfg)
+    assert [q["id"] for q in ours] == [q["id"] for q in theirs]
+    assert ours[0]["id"].startswith("eq-P")
+
+
+def test_run_popularity_on_real_duplicate_eq_questions(eq_dir, tmp_path):
+    """EQ holds the same question text with different answers (eq-P127-73 / eq-P127-728)."""
+    by_id = {q["id"]: q for q in load_eq_questions(eq_dir)}
+    a, b = by_id["eq-P127-73"], by_id["eq-P127-728"]
+    assert a["question"] == b["question"] and a["answers"] != b["answers"]
+    passages = tmp_path / "passages.jsonl"
+    passages.write_text(json.dumps({"id": "0", "title": "", "text": "Filler."}) + "\n")
+    qs = [a, b]
+    retr = _retrieval(
+        tmp_path / "retrieval.json",
+        [q["question"] for q in qs],
+        [0, 9],
+        ids=[q["id"] for q in qs],
+        answers=[q["answers"] for q in qs],
+    )
+    res = run_popularity(passages, eq_dir, {"passage": retr}, tmp_path / "out", ks=[1])
+    assert sorted(q["id"] for q in res.questions) == ["eq-P127-728", "eq-P127-73"]
+    assert [(r["n"], r["recall@1"]) for r in res.table] == [(2, 50.0)]
+    manifest = json.loads((tmp_path / "out" / "popularity_manifest.json").read_text())
+    assert manifest["joined_by"] == {"passage": "id"}
+
+    # without ids the two cannot be told apart: an error, not a silently wrong recall
+    no_ids = _retrieval(tmp_path / "no_ids.json", [a["question"]], [0], answers=[a["answers"]])
+    with pytest.raises(DataError, match="different answers"):
+        run_popularity(passages, eq_dir, {"passage": no_ids}, tmp_path / "out2", ks=[1])
+    # an id whose text is another question's (wrong prefix/split) is refused too
+    wrong = _retrieval(tmp_path / "wrong.json", [a["question"]], [0], ids=["eq-P19-0"])
+    with pytest.raises(DataError, match="in EntityQuestions"):
+        run_popularity(passages, eq_dir, {"passage": wrong}, tmp_path / "out3", ks=[1])
+    other = _retrieval(tmp_path / "other.json", [a["question"]], [0], ids=["entq-P127-73"])
+    with pytest.raises(DataError, match="not EntityQuestions ids"):
+        run_popularity(passages, eq_dir, {"passage": other}, tmp_path / "out4", ks=[1])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -10,11 +11,18 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+import pytorch_lightning as pl
 import torch
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 
-from densex.pipelines.train import accumulation, world_size
+from densex.pipelines.train import (
+    accumulation,
+    batch_plan,
+    best_checkpoint,
+    build_loggers,
+    world_size,
+)
 from densex.propositionizer.data import (
     LengthGroupedSampler,
     PropositionDataModule,
@@ -23,7 +31,11 @@ from densex.propositionizer.data import (
     load_squad_open_pairs,
     split_by_title,
 )
-from densex.propositionizer.module import parse_prediction
+from densex.propositionizer.module import (
+    PropositionizerModule,
+    parse_prediction,
+    prepare_model_path,
+)
 from densex.utils.io import DataError
 
 
@@ -149,6 +161,113 @@ def test_length_grouped_sampler():
     assert list(sampler) != first
 
 
+def padding_fraction(lengths, batches) -> float:
+    padded = sum(max(lengths[i] for i in b) * len(b) for b in batches)
+    return 1 - sum(lengths[i] for b in batches for i in b) / padded
+
+
+def batches_of(indices, batch_size):
+    return [indices[i : i + batch_size] for i in range(0, len(indices), batch_size)]
+
+
+@pytest.mark.parametrize(("n", "batch_size", "replicas"), [(1003, 8, 2), (1000, 8, 2), (521, 4, 3)])
+def test_length_grouped_sampler_shards_whole_batches_per_rank(n, batch_size, replicas):
+    g = torch.Generator().manual_seed(0)
+    lengths = torch.randint(10, 500, (n,), generator=g).tolist()
+    samplers = [
+        LengthGroupedSampler(lengths, batch_size, seed=7, num_replicas=replicas, rank=r)
+        for r in range(replicas)
+    ]
+    # never re-wrapped (and reshuffled) by Lightning's distributed sampler
+    assert all(isinstance(s, torch.utils.data.DistributedSampler) for s in samplers)
+    shards = [list(s) for s in samplers]
+    assert [len(x) for x in shards] == [len(s) for s in samplers]
+    everything = [i for x in shards for i in x]
+    assert sorted(everything) == list(range(n))  # disjoint and covering
+    assert len({math.ceil(len(x) / batch_size) for x in shards}) == 1  # same number of batches
+    for x in shards:
+        assert padding_fraction(lengths, batches_of(x, batch_size)) < 0.05
+    # Lightning's old wrapping (a shuffling DistributedSampler around it) padded a lot more
+    shuffled = list(torch.utils.data.DistributedSampler(shards[0], 1, 0, shuffle=True, seed=7))
+    assert padding_fraction(lengths, batches_of([shards[0][i] for i in shuffled], batch_size)) > 0.2
+    assert [list(s) for s in samplers] == shards  # deterministic
+    for s in samplers:
+        s.set_epoch(1)
+    assert [list(s) for s in samplers] != shards
+
+
+def test_length_grouped_sampler_fewer_leftovers_than_ranks():
+    samplers = [LengthGroupedSampler(list(range(9)), 4, num_replicas=2, rank=r) for r in (0, 1)]
+    shards = [list(s) for s in samplers]
+    assert [len(x) for x in shards] == [len(s) for s in samplers] == [5, 5]
+    assert set(shards[0]) | set(shards[1]) == set(range(9))  # one item repeated, none lost
+
+
+def test_datamodule_shards_train_and_validation_per_rank(squad_open, tiny_t5):
+    from types import SimpleNamespace
+
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(tiny_t5, model_max_length=512)
+    ids = {"train": [], "val": []}
+    for rank in (0, 1):
+        dm = PropositionDataModule(
+            passages=str(squad_open / "passages.jsonl"),
+            propositions=str(squad_open / "propositions.jsonl"),
+            limit_train=40,
+            limit_val=5,
+            per_device_batch_size=4,
+        )
+        dm.set_tokenizer(tok)
+        dm.setup("fit")
+        dm.trainer = SimpleNamespace(world_size=2, global_rank=rank)
+        train, val = dm.train_dataloader(), dm.val_dataloader()
+        assert isinstance(train.sampler, LengthGroupedSampler) and train.sampler.num_replicas == 2
+        assert isinstance(val.sampler, torch.utils.data.DistributedSampler)
+        assert len(train) == 5
+        ids["train"].append([i for b in train for i in b["id"]])
+        ids["val"].append([i for b in val for i in b["id"]])
+    assert sorted(ids["train"][0] + ids["train"][1]) == sorted(p["id"] for p in dm.train_pairs)
+    assert len(ids["val"][0]) == len(ids["val"][1]) == 3  # 5 items, padded with one repeat
+    assert set(ids["val"][0]) | set(ids["val"][1]) == {p["id"] for p in dm.val_pairs}
+
+
+def test_pair_ids_must_be_unique(tmp_path):
+    path = write_lines(
+        tmp_path / "pairs.jsonl",
+        [
+            {"id": "2", "source": "Title: A. Section: . a.", "target": ["a."]},
+            {"source": "Title: B. Section: . b.", "target": ["b."]},  # id = line number 2
+        ],
+    )
+    with pytest.raises(DataError, match="duplicate id '2'") as e:
+        load_jsonl_pairs(path)
+    assert (e.value.path, e.value.line, e.value.field) == (str(path), 2, "id")
+    write_lines(
+        path,
+        [
+            {"id": "x", "source": "Title: A. Section: . a.", "target": ["a."]},
+            {"source": "Title: B. Section: . b.", "target": ["b."]},
+            {"id": "x", "source": "Title: C. Section: . c.", "target": ["c."]},
+        ],
+    )
+    with pytest.raises(DataError) as e:
+        load_jsonl_pairs(path)
+    assert (e.value.line, e.value.field) == (3, "id")
+    datasets = pytest.importorskip("datasets")
+    ds = datasets.Dataset.from_dict(
+        {
+            "id": ["a", "b", "a"],
+            "sources": ["Title: A. Section: . a.", "Title: B. Section: . b.", "Title: C. c."],
+            "targets": [json.dumps([s]) for s in ("a.", "b.", "c.")],
+        }
+    )
+    with pytest.raises(DataError) as e:
+        load_hf_pairs(ds)
+    assert (e.value.line, e.value.field) == (2, "id")
+    assert len(load_hf_pairs(ds.remove_columns("id"))) == 3
+
+
 def test_datamodule_pads_dynamically_and_counts_truncation(squad_open, tiny_t5):
     from transformers import AutoTokenizer
 
@@ -190,11 +309,149 @@ def test_parse_prediction():
 def test_effective_batch_accumulation():
     assert accumulation(64, 8, 1) == 8
     assert accumulation(64, 16, 2) == 2
-    assert accumulation(64, 48, 1) == 2  # ceil: 96 >= 64
     assert accumulation(64, 64, 4) == 1
+    # the effective batch is exactly batch_size, also on several devices
+    assert batch_plan(64, 64, 4) == (16, 1)
+    assert batch_plan(64, 32, 4) == (16, 1)  # flan-t5-base on 4 GPUs: 64, not 128
+    assert batch_plan(64, 16, 2) == (16, 2)
+    assert batch_plan(64, 8, 1) == (8, 8)
+    assert batch_plan(64, None, 2) == (32, 1)
+    assert batch_plan(8, 8, 1) == (8, 1)
+    for per_device, devices in [(48, 1), (24, 1), (16, 3)]:  # 64 does not split exactly
+        with pytest.raises(ValueError, match="model.batch_size=64"):
+            batch_plan(64, per_device, devices)
+    with pytest.raises(ValueError, match="smaller than the number of devices"):
+        batch_plan(2, 8, 4)
     assert world_size({"devices": 2, "num_nodes": 2}) == 4
     assert world_size({"devices": [0, 1]}) == 2
     assert world_size({"devices": "auto", "accelerator": "cpu"}) == 1
+
+
+class _ScoreByEpoch(pl.LightningModule):
+    """Logs a fixed val/set_f1 per epoch (best in the middle), like the propositionizer."""
+
+    scores = (0.7, 0.9, 0.5)
+
+    def __init__(self):
+        super().__init__()
+        self.layer = torch.nn.Linear(2, 1)
+
+    def training_step(self, batch, batch_idx):
+        return self.layer(batch[0]).pow(2).mean()
+
+    def validation_step(self, batch, batch_idx):
+        pass
+
+    def on_validation_epoch_end(self):
+        self.log("val/set_f1", self.scores[self.current_epoch])
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+
+
+def test_best_checkpoint_score_comes_from_the_file(tmp_path):
+    """Under ddp_spawn the launcher process gets back only trainer.checkpoint_callback's
+    best_model_path; the best score must come from the checkpoint file, and from the
+    callback monitoring val/set_f1 whichever is first."""
+    from pytorch_lightning.callbacks import ModelCheckpoint
+
+    data = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.randn(4, 2)))
+    last = ModelCheckpoint(dirpath=tmp_path, filename="last", monitor=None)
+    best = ModelCheckpoint(dirpath=tmp_path, filename="e{epoch}", monitor="val/set_f1", mode="max")
+    trainer = pl.Trainer(
+        accelerator="cpu",
+        max_epochs=3,
+        callbacks=[last, best],  # trainer.checkpoint_callback is the one without a monitor
+        logger=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+    )
+    trainer.fit(_ScoreByEpoch(), data, data)
+    assert float(trainer.callback_metrics["val/set_f1"]) == pytest.approx(0.5)
+    path, score, ckpt = best_checkpoint(trainer)
+    assert score == pytest.approx(0.9) and ckpt["epoch"] == 1 and path == best.best_model_path
+    # what the spawn launcher leaves in the main process: no scores, one path
+    best.best_model_score, best.best_model_path = None, ""
+    path, score, ckpt = best_checkpoint(trainer)
+    assert score == pytest.approx(0.9) and ckpt["epoch"] == 1 and Path(path).name == "eepoch=1.ckpt"
+
+
+def test_wandb_logger_is_offline_without_login(repo_root, tmp_path, monkeypatch):
+    from pytorch_lightning.loggers import WandbLogger
+
+    from densex.report.wandb_log import wandb_logged_in
+
+    for var in ("WANDB_API_KEY", "WANDB_MODE", "NETRC"):
+        monkeypatch.setenv(var, "x")  # recorded, so teardown restores the real value
+        monkeypatch.delenv(var)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("WANDB_CONFIG_DIR", str(tmp_path / "wandb-config"))
+    assert not wandb_logged_in()
+    GlobalHydra.instance().clear()
+    overrides = ["logger=wandb", f"paths.output_dir={tmp_path}", "+logger.wandb.log_model=true"]
+    with initialize_config_dir(version_base="1.3", config_dir=str(repo_root / "conf")):
+        cfg = compose(config_name="train", overrides=overrides)
+    (logger,) = build_loggers(cfg)
+    assert isinstance(logger, WandbLogger)
+    assert logger._offline and not logger._log_model  # offline cannot upload checkpoints
+    # an explicit WANDB_MODE is W&B's to apply (offline=True would overwrite it with dryrun)
+    monkeypatch.setenv("WANDB_MODE", "disabled")
+    (logger,) = build_loggers(cfg)
+    assert not logger._offline
+    logger.experiment  # noqa: B018 - a disabled run, no account needed
+    assert os.environ["WANDB_MODE"] == "disabled"
+    monkeypatch.setenv("WANDB_API_KEY", "k" * 40)
+    monkeypatch.delenv("WANDB_MODE")
+    assert wandb_logged_in() and not build_loggers(cfg)[0]._offline
+
+
+def test_export_swaps_atomically(tiny_t5, tmp_path, monkeypatch):
+    """A failed export leaves the previous one in place (it used to be deleted first)."""
+    from densex.propositionizer import module as module_mod
+
+    module = PropositionizerModule(str(tiny_t5))
+    out = tmp_path / "hf_model"
+    module.export_hf(out, run=1)
+    real_replace = os.replace
+
+    def failing_replace(src, dst):
+        if Path(dst) == out and ".old." not in Path(src).name:
+            raise OSError("disk full")
+        return real_replace(src, dst)
+
+    monkeypatch.setattr(module_mod.os, "replace", failing_replace)
+    with pytest.raises(OSError, match="disk full"):
+        module.export_hf(out, run=2)
+    assert json.loads((out / "manifest.json").read_text())["run"] == 1
+    assert (out / "config.json").exists() and os.listdir(tmp_path) == ["hf_model"]
+    monkeypatch.setattr(module_mod.os, "replace", real_replace)
+    module.export_hf(out, run=3)
+    assert json.loads((out / "manifest.json").read_text())["run"] == 3
+    assert os.listdir(tmp_path) == ["hf_model"]
+
+
+def test_tiny_model_is_cached_by_texts_and_spec(tmp_path, monkeypatch):
+    from densex.utils import tiny_t5
+
+    texts = ["Title: A. Section: . Content: a b c.", '["a b c."]']
+    spec = {"vocab_size": 120, "d_model": 16, "num_layers": 1, "num_heads": 2, "d_ff": 32}
+    path = prepare_model_path("tiny", texts, tmp_path, tiny=spec)
+    assert Path(path).parent == tmp_path / "tiny_t5" and (Path(path) / "config.json").exists()
+    manifest = json.loads((Path(path) / "manifest.json").read_text())
+    assert manifest["kind"] == "tiny_t5" and manifest["n_texts"] == 2 and manifest["d_model"] == 16
+    assert prepare_model_path("tiny", texts, tmp_path, tiny=spec) == path
+    assert str(tiny_t5.cached_tiny_t5(tmp_path, texts, **spec)) == path
+    assert prepare_model_path("tiny", texts[:1], tmp_path, tiny=spec) != path
+
+    def broken(out, **kw):
+        (Path(out) / "config.json").write_text("{}")
+        raise RuntimeError("build failed")
+
+    monkeypatch.setattr(tiny_t5, "build_tiny_t5", broken)
+    target = tmp_path / "other" / "model"
+    with pytest.raises(RuntimeError):
+        tiny_t5.ensure_tiny_t5(target)
+    assert not target.exists() and os.listdir(target.parent) == []  # no half-built leftovers
 
 
 @pytest.mark.parametrize("model", ["flan-t5-large", "flan-t5-base", "flan-t5-small", "tiny"])

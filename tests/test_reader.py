@@ -8,8 +8,9 @@ from pathlib import Path
 import pytest
 
 from densex.metrics.answers import exact_match
-from densex.qa.cell import qa_metrics
+from densex.qa.cell import answer_em, qa_metrics, regex_exact_match
 from densex.qa.reader import Reader, build_reader, unifiedqa_input
+from densex.utils.models import resolve_dtype
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
 
@@ -73,6 +74,35 @@ def test_qa_metrics_em_on_known_answers(tmp_path):
     assert json.loads((tmp_path / "qa_manifest.json").read_text())["metrics"]["em@5"] == 75.0
 
 
+def test_regex_answers_em_like_drqa():
+    assert regex_exact_match("1961", [r"19\d\d"])
+    assert regex_exact_match("Honolulu, Hawaii", [r"nope", r"Honolulu"])  # at the start
+    assert regex_exact_match("PARIS", ["paris"])  # IGNORECASE
+    assert regex_exact_match("Beyonc\u00e9", ["Beyonc(e|\u00e9)"])  # NFC text, NFD pattern
+    assert not regex_exact_match("in 1961", [r"19\d\d"])  # match, not search
+    assert not regex_exact_match("1961", [r"19\d\d(", "x"])  # broken patterns never match
+    assert answer_em("The Seine", ["Seine"]) and not answer_em("19dd", [r"19\d\d"], "regex")
+    with pytest.raises(ValueError, match="match_type"):
+        answer_em("x", ["x"], "fuzzy")
+
+
+def test_qa_metrics_em_with_regex_answers(tmp_path):
+    """CuratedTREC-style patterns: EM is the regex match, not string equality to the pattern."""
+    questions = [
+        {"id": "a", "question": "q1", "answers": [r"19\d\d"]},
+        {"id": "b", "question": "q2", "answers": [r"(the )?Seine( river)?"]},
+        {"id": "c", "question": "q3", "answers": [r"Lyon"]},
+    ]
+    ranked = [["born 1961"], ["the Seine"], ["Paris"]]
+    reader = FixedReader({"q1": "1961", "q2": "Seine river", "q3": "Paris"})
+    m = qa_metrics(
+        questions, ranked, reader, budget=5, max_words=10, out_dir=tmp_path, match_type="regex"
+    )
+    assert m["em@5"] == round(200 / 3, 4)
+    preds = [json.loads(line) for line in (tmp_path / "reader_predictions.jsonl").open()]
+    assert [p["em"] for p in preds] == [True, True, False]
+
+
 def test_reader_none_and_missing_model():
     from omegaconf import OmegaConf
 
@@ -121,16 +151,76 @@ def tiny_cfg(tmp_path_factory):
     return cfg.reader
 
 
-def test_tiny_reader_batching_keeps_order(tiny_cfg):
+class EchoModel:
+    """A deterministic seq2seq stand-in: "generates" the last few non-padding input tokens of
+    each row, so every input gets its own answer and a mix-up between rows shows."""
+
+    def __init__(self, tail: int = 12):
+        self.tail, self.calls = tail, []
+
+    def generate(self, input_ids, attention_mask, max_new_tokens, do_sample, num_beams):
+        import torch
+
+        rows = []
+        for ids, mask in zip(input_ids.tolist(), attention_mask.tolist()):
+            real = [t for t, m in zip(ids, mask) if m][:-1]  # drop the closing </s>
+            rows.append([0, *real[-self.tail :], 1])  # decoder start, tokens, </s>
+        self.calls.append(attention_mask.sum(dim=1).tolist())
+        width = max(len(r) for r in rows)
+        return torch.tensor([r + [0] * (width - len(r)) for r in rows])
+
+
+def test_reader_batching_maps_answers_to_their_questions(tiny_cfg):
+    """The real Reader.answer (length sort, batches, padding, un-sorting) with a model whose
+    answers differ per input: each answer must come back to its own question."""
     reader = build_reader(tiny_cfg)
     assert isinstance(reader, Reader) and reader.device.type == "cpu"
-    qs = ["who?", "when did the crisis begin?", "what is oil?"]
-    cs = ["a " * 40, "the crisis began in october 1973", "oil"]
+    reader.model = EchoModel()
+    qs = ["who?", "when did the crisis begin?", "what is oil?", "where?"]
+    cs = ["short one alpha", "a " * 40 + "the crisis began in october bravo", "oil charlie", "x"]
     reader.batch_size = 2  # length sorting + two batches
     batched = reader.answer(qs, cs)
+    # the longest inputs went first, two per batch, padded to the batch's longest
+    lengths = [
+        len(reader.tokenizer(reader.format_input(q, c))["input_ids"]) for q, c in zip(qs, cs)
+    ]
+    assert reader.model.calls == [
+        sorted(lengths, reverse=True)[:2],
+        sorted(lengths, reverse=True)[2:],
+    ]
+    for answer, marker in zip(batched, ["alpha", "bravo", "charlie", "x"]):
+        assert answer.endswith(marker), (answer, marker)
+    assert len(set(batched)) == 4
+    ids = [reader.tokenizer(reader.format_input(q, c))["input_ids"][:-1] for q, c in zip(qs, cs)]
+    expected = [reader.tokenizer.decode(i[-12:], skip_special_tokens=True).strip() for i in ids]
+    assert batched == expected
     one_by_one = [reader.answer([q], [c])[0] for q, c in zip(qs, cs)]
     assert batched == one_by_one
-    assert all(isinstance(a, str) for a in batched)
+
+
+def test_tiny_reader_generates_strings_in_order(tiny_cfg):
+    reader = build_reader(tiny_cfg)
+    answers = reader.answer(["who?", "what is oil?"], ["a " * 40, "oil"])
+    assert len(answers) == 2 and all(isinstance(a, str) for a in answers)
+
+
+def test_reader_dtype_follows_the_shared_rule(tiny_cfg, monkeypatch):
+    import torch
+
+    cfg = dict(tiny_cfg)
+    cfg["dtype"] = "bf16"  # an alias the shared resolver knows
+    assert build_reader(cfg).model.dtype == torch.bfloat16
+    assert build_reader(tiny_cfg).dtype == torch.float32
+    # auto: bf16 only on a GPU that supports it (the old rule said bf16 on any cuda device)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: False)
+    assert resolve_dtype("auto", "cuda") == torch.float32
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: True)
+    assert resolve_dtype("auto", "cuda") == torch.bfloat16
+    assert resolve_dtype("auto", "cpu") == torch.float32
+    assert resolve_dtype("float16") == torch.float16 and resolve_dtype(torch.int8) == torch.int8
+    with pytest.raises(ValueError, match="dtype must be"):
+        resolve_dtype("float64x")
 
 
 def test_qa_metrics_with_tiny_reader_on_squad(tiny_cfg, squad_open, tmp_path):

@@ -1,14 +1,13 @@
 """Fine-tune a propositionizer: `python train.py model=flan-t5-large` (lightning-hydra-template flow).
 
 seed -> datamodule -> model (a tiny T5 is built on the training texts for `model=tiny`) ->
-callbacks, loggers, trainer (effective batch 64 via gradient accumulation) -> optional
+callbacks, loggers, trainer (effective batch 64 = per-device batch x devices x gradient accumulation) -> optional
 baseline validation -> fit (resumable) -> best checkpoint exported with `save_pretrained`
 to `<run dir>/hf_model`. Returns the best validation set-F1, for Hydra sweepers.
 """
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +18,8 @@ from densex.utils.logging import get_logger
 from densex.utils.models import resolve_precision
 
 log = get_logger(__name__)
+
+MONITOR = "val/set_f1"
 
 
 def world_size(trainer_cfg: DictConfig | dict) -> int:
@@ -39,11 +40,115 @@ def world_size(trainer_cfg: DictConfig | dict) -> int:
     return n * int(trainer_cfg.get("num_nodes", 1) or 1)
 
 
+def batch_plan(batch_size: int, per_device_batch_size: int | None, devices: int) -> tuple[int, int]:
+    """(per-device batch, accumulation steps) whose product with `devices` is `batch_size`.
+
+    The per-device batch is `per_device_batch_size` capped at `batch_size // devices` (so
+    several devices never overshoot the effective batch), the accumulation steps make up the
+    rest. A `batch_size` that cannot be split exactly is an error naming the fix.
+    """
+    if batch_size < 1 or devices < 1:
+        raise ValueError(f"batch_size ({batch_size}) and devices ({devices}) must be positive")
+    per_device = min(per_device_batch_size or batch_size, batch_size // devices)
+    if per_device < 1:
+        raise ValueError(
+            f"model.batch_size={batch_size} is smaller than the number of devices ({devices})"
+        )
+    accumulate = batch_size // (per_device * devices)
+    if per_device * devices * accumulate != batch_size:
+        raise ValueError(
+            f"model.batch_size={batch_size} is not {per_device} per device x {devices} devices x"
+            f" {accumulate} accumulation steps (= {per_device * devices * accumulate}); choose a"
+            " model.per_device_batch_size that divides batch_size / devices"
+        )
+    return per_device, accumulate
+
+
 def accumulation(batch_size: int, per_device_batch_size: int | None, devices: int) -> int:
-    """Gradient accumulation steps so that per-device batch x devices x steps >= batch_size."""
-    if not per_device_batch_size or per_device_batch_size >= batch_size:
-        return 1
-    return max(1, math.ceil(batch_size / (per_device_batch_size * devices)))
+    """Gradient accumulation steps of `batch_plan`: per-device batch x devices x steps ==
+    batch_size."""
+    return batch_plan(batch_size, per_device_batch_size, devices)[1]
+
+
+def build_loggers(cfg: DictConfig) -> list[Any]:
+    """The `logger` group's loggers. A W&B logger runs offline unless someone is logged in
+    (or the config says `offline: true`), so `logger=wandb` never needs an account; an
+    explicit WANDB_MODE is left for W&B itself to apply."""
+    import os
+
+    from hydra.utils import instantiate
+
+    from densex.report.wandb_log import wandb_offline
+
+    loggers = []
+    for node in (cfg.get("logger") or {}).values():
+        if not (isinstance(node, DictConfig) and "_target_" in node):
+            continue
+        if not str(node._target_).endswith("WandbLogger"):
+            loggers.append(instantiate(node))
+            continue
+        mode = os.environ.get("WANDB_MODE")
+        offline = mode in ("offline", "dryrun") if mode else wandb_offline(node.get("offline"))
+        extra: dict[str, Any] = {"offline": offline}
+        if offline and node.get("log_model"):
+            log.warning("W&B runs offline: logger.wandb.log_model ignored (no uploads offline)")
+            extra["log_model"] = False
+        if offline:
+            log.info("W&B logger offline (not logged in, or asked to be)")
+        loggers.append(instantiate(node, **extra))
+    return loggers
+
+
+def best_checkpoint(
+    trainer: Any, monitor: str = MONITOR
+) -> tuple[str, float | None, dict[str, Any] | None]:
+    """(path, score, loaded checkpoint) of the best checkpoint by `monitor`, from the
+    `ModelCheckpoint` that monitors it (not just `trainer.checkpoint_callback`).
+
+    The score is read from the checkpoint file itself (the callback's state saved in it):
+    under `ddp_spawn` the launcher process gets back only the first checkpoint callback's
+    `best_model_path`, never `best_model_score`. ("", None, None) without such a checkpoint.
+    """
+    import torch
+    from pytorch_lightning.callbacks import ModelCheckpoint
+
+    cbs = [c for c in trainer.checkpoint_callbacks if isinstance(c, ModelCheckpoint)]
+    cb = next((c for c in cbs if c.monitor == monitor), None)
+    if cb is None:
+        return "", None, None
+
+    def load(path: str) -> dict[str, Any]:
+        return torch.load(path, map_location="cpu", weights_only=False)
+
+    path = cb.best_model_path
+    if not path:  # ddp_spawn: find it in the state saved with another callback's checkpoint
+        for other in cbs:
+            for p in {other.best_model_path, other.last_model_path} - {""}:
+                if Path(p).exists():
+                    state = _callback_state(load(p), cb, monitor) or {}
+                    path = state.get("best_model_path") or ""
+                if path:
+                    break
+            if path:
+                break
+    if not path or not Path(path).exists():
+        return "", None, None
+    ckpt = load(path)
+    state = _callback_state(ckpt, cb, monitor) or {}
+    score = state.get("best_model_score")
+    if score is None:
+        score = cb.best_model_score
+    return path, (float(score) if score is not None else None), ckpt
+
+
+def _callback_state(ckpt: dict[str, Any], cb: Any, monitor: str) -> dict[str, Any] | None:
+    """The state `cb` saved in `ckpt` (by its state key, else the one monitoring `monitor`)."""
+    states = ckpt.get("callbacks") or {}
+    if cb.state_key in states:
+        return states[cb.state_key]
+    return next(
+        (s for s in states.values() if isinstance(s, dict) and s.get("monitor") == monitor), None
+    )
 
 
 def _resolve_ckpt(ckpt_path: str | None, cfg: DictConfig) -> str | None:
@@ -89,7 +194,19 @@ def run(cfg: DictConfig) -> float:
         pl.seed_everything(cfg.seed, workers=True)
     out_dir = Path(cfg.paths.output_dir)
 
-    datamodule = instantiate(cfg.data)
+    devices = world_size(cfg.trainer)
+    per_device, accumulate = batch_plan(
+        cfg.model.batch_size, cfg.model.per_device_batch_size, devices
+    )
+    log.info(
+        "effective batch %d = %d per device x %d devices x %d accumulation steps",
+        per_device * devices * accumulate,
+        per_device,
+        devices,
+        accumulate,
+    )
+
+    datamodule = instantiate(cfg.data, per_device_batch_size=per_device)
     datamodule.load_pairs()
     if not datamodule.val_pairs:
         raise ValueError(
@@ -99,34 +216,31 @@ def run(cfg: DictConfig) -> float:
     texts = datamodule.texts() if name == "tiny" else ()
     tiny = OmegaConf.to_container(cfg.model.tiny) if cfg.model.get("tiny") else None
     model_path = prepare_model_path(name, texts, cfg.paths.cache_dir, tiny=tiny)
-    module = instantiate(cfg.model, name_or_path=model_path, _convert_="all")
+    module = instantiate(
+        cfg.model, name_or_path=model_path, per_device_batch_size=per_device, _convert_="all"
+    )
     datamodule.set_tokenizer(module.tokenizer)
     datamodule.setup("fit")
 
-    devices = world_size(cfg.trainer)
-    accumulate = accumulation(cfg.model.batch_size, cfg.model.per_device_batch_size, devices)
-    log.info(
-        "effective batch %d = %d per device x %d devices x %d accumulation steps",
-        cfg.model.per_device_batch_size * devices * accumulate,
-        cfg.model.per_device_batch_size,
-        devices,
-        accumulate,
-    )
     if torch.cuda.is_available():
         torch.set_float32_matmul_precision("high")
     callbacks = _instantiate_all(cfg.get("callbacks"))
-    loggers = _instantiate_all(cfg.get("logger"))
+    loggers = build_loggers(cfg)
     trainer: pl.Trainer = instantiate(
         cfg.trainer,
         callbacks=callbacks,
         logger=loggers or False,
         accumulate_grad_batches=accumulate,
+        # the data module shards batches across ranks itself (length-grouped per rank)
+        use_distributed_sampler=False,
         precision=resolve_precision(cfg.trainer.get("precision", "auto")),
     )
     hparams = {
         "cfg": OmegaConf.to_container(cfg, resolve=True),
         "model_path": model_path,
         "accumulate_grad_batches": accumulate,
+        "per_device_batch_size": per_device,
+        "effective_batch_size": per_device * devices * accumulate,
         "data_stats": datamodule.stats,
     }
     for lg in trainer.loggers:
@@ -136,11 +250,15 @@ def run(cfg: DictConfig) -> float:
         trainer.validate(module, datamodule=datamodule)
     trainer.fit(module, datamodule=datamodule, ckpt_path=_resolve_ckpt(cfg.get("ckpt_path"), cfg))
 
-    ckpt_cb = trainer.checkpoint_callback
-    best_path = ckpt_cb.best_model_path if ckpt_cb is not None else ""
-    best = ckpt_cb.best_model_score if ckpt_cb is not None else None
+    best_path, best, best_ckpt = "", None, None
+    if trainer.is_global_zero:  # the score from the best checkpoint file (ddp_spawn-safe)
+        best_path, best, best_ckpt = best_checkpoint(trainer, MONITOR)
+    else:
+        cb = next((c for c in trainer.checkpoint_callbacks if c.monitor == MONITOR), None)
+        best = cb.best_model_score if cb is not None else None
     if best is None:
-        best = trainer.callback_metrics.get("val/set_f1")
+        log.warning("no best %s checkpoint score: reporting the last validation's", MONITOR)
+        best = trainer.callback_metrics.get(MONITOR)
     best_f1 = float(best) if best is not None else float("nan")
     if trainer.is_global_zero:
         epochs, step = trainer.current_epoch, trainer.global_step
@@ -155,12 +273,17 @@ def run(cfg: DictConfig) -> float:
             "global_step": step,
             "model_path": model_path,
             "accumulate_grad_batches": accumulate,
+            "per_device_batch_size": per_device,
+            "effective_batch_size": per_device * devices * accumulate,
             "data_stats": datamodule.stats,
         }
-        if best_path:
-            ckpt = torch.load(best_path, map_location="cpu", weights_only=False)
-            module.load_state_dict(ckpt["state_dict"])
-            summary |= {"best_epoch": ckpt["epoch"], "best_global_step": ckpt["global_step"]}
+        if best_ckpt is not None:
+            module.load_state_dict(best_ckpt["state_dict"])
+            summary |= {
+                "best_epoch": best_ckpt["epoch"],
+                "best_global_step": best_ckpt["global_step"],
+            }
+            del best_ckpt
         export = module.export_hf(
             out_dir / "hf_model", config=OmegaConf.to_container(cfg, resolve=True), **summary
         )

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import os
 import re
 from collections.abc import Iterator, Sequence
@@ -22,7 +21,7 @@ from typing import Any
 
 import pytorch_lightning as pl
 import torch
-from torch.utils.data import DataLoader, Sampler
+from torch.utils.data import DataLoader, DistributedSampler
 
 from densex.utils.io import DataError, numbered_jsonl
 from densex.utils.logging import get_logger
@@ -60,6 +59,16 @@ def _check_propositions(value: Any, path: str | os.PathLike, line: int | None, n
     if not value:
         raise DataError(path, line, name, "empty list of propositions")
     return value
+
+
+def _check_unique(
+    pid: str, seen: set[str], path: Any, line: int | None, generated: bool = False
+) -> None:
+    """Pair ids must be unique: validation de-duplicates predictions by id (DDP padding)."""
+    if pid in seen:
+        how = " (the line number, used as id for a row without one)" if generated else ""
+        raise DataError(path, line, "id", f"duplicate id {pid!r}{how}")
+    seen.add(pid)
 
 
 def _pair(pid: str, title: str, source: str, propositions: list[str]) -> dict[str, Any]:
@@ -132,23 +141,26 @@ def load_hf_pairs(
     for name in (source_field, target_field):
         if name not in dataset.column_names:
             raise DataError(where, None, name, f"missing column (have {dataset.column_names})")
-    pairs = []
+    pairs, seen = [], set()
     for i, row in enumerate(dataset):
         source = row[source_field]
         if not isinstance(source, str) or not source.strip():
             raise DataError(where, i, source_field, "empty or not a string")
         props = _check_propositions(row[target_field], where, i, target_field)
         pid = str(row["id"]) if "id" in row else str(i)
+        _check_unique(pid, seen, where, i)
         pairs.append(_pair(pid, title_of_source(source), source, props))
     return pairs
 
 
 def load_jsonl_pairs(path: str | os.PathLike) -> list[dict[str, Any]]:
     """Pairs from JSONL rows `{"source", "target"}` (also the released `sources`/`targets`
-    spelling) or passage-style `{"title", "section", "text", "propositions"}`."""
-    pairs = []
+    spelling) or passage-style `{"title", "section", "text", "propositions"}`. A row without
+    an `id` gets its line number; ids (given or not) must be unique."""
+    pairs, seen = [], set()
     for lineno, row in numbered_jsonl(path):
         pid = str(row.get("id", lineno))
+        _check_unique(pid, seen, path, lineno, generated="id" not in row)
         if "source" in row or "sources" in row:
             sk, tk = ("source", "target") if "source" in row else ("sources", "targets")
             source = row[sk]
@@ -199,35 +211,78 @@ def split_by_title(
     return train, val
 
 
-class LengthGroupedSampler(Sampler[int]):
-    """Shuffled indices in which neighbours have similar lengths, so padded batches waste little.
+class LengthGroupedSampler(DistributedSampler):
+    """Shuffled indices in which neighbours have similar lengths, so padded batches waste little;
+    with `num_replicas > 1`, this rank's share of whole batches.
 
     As in Hugging Face's sampler: shuffle (seed + epoch), cut into mega-batches of
-    `mega_batches * batch_size` items, sort each by length (longest first). Lightning calls
-    `set_epoch` and wraps this sampler for distributed runs.
+    `mega_batches * batch_size * num_replicas` items, sort each by length (longest first), cut
+    into batches of `batch_size`. Ranks take whole batches in turn, so each rank's batches are
+    as well grouped as a single process's; the items left over after the last round of full
+    batches are split evenly into one final (smaller) batch per rank. Every rank yields the
+    same number of batches (`ceil(len(self) / batch_size)`), ranks are disjoint and together
+    cover every index; only when fewer items than ranks are left over are a few repeated.
+
+    A `DistributedSampler` subclass so that Lightning never wraps it in its own (shuffling)
+    distributed sampler; `set_epoch` reshuffles.
     """
 
     def __init__(
-        self, lengths: Sequence[int], batch_size: int, seed: int = 0, mega_batches: int = 50
+        self,
+        lengths: Sequence[int],
+        batch_size: int,
+        seed: int = 0,
+        mega_batches: int = 50,
+        num_replicas: int = 1,
+        rank: int = 0,
     ):
         self.lengths = list(lengths)
+        super().__init__(
+            self.lengths, num_replicas=num_replicas, rank=rank, shuffle=True, seed=seed
+        )
         self.batch_size = batch_size
-        self.seed = seed
-        self.mega = max(1, mega_batches) * batch_size
-        self.epoch = 0
+        self.mega = max(1, mega_batches) * batch_size * num_replicas
 
     def set_epoch(self, epoch: int) -> None:
         self.epoch = epoch
 
-    def __len__(self) -> int:
-        return len(self.lengths)
-
-    def __iter__(self) -> Iterator[int]:
+    def _order(self) -> list[int]:
         g = torch.Generator().manual_seed(self.seed + self.epoch)
         perm = torch.randperm(len(self.lengths), generator=g).tolist()
+        order: list[int] = []
         for start in range(0, len(perm), self.mega):
-            chunk = perm[start : start + self.mega]
-            yield from sorted(chunk, key=lambda i: -self.lengths[i])
+            order += sorted(perm[start : start + self.mega], key=lambda i: -self.lengths[i])
+        return order
+
+    def _split(self, n: int) -> tuple[int, int]:
+        """(full batches per rank, items left over for the final round)."""
+        rounds = n // (self.batch_size * self.num_replicas)
+        return rounds, n - rounds * self.batch_size * self.num_replicas
+
+    def __len__(self) -> int:
+        rounds, tail = self._split(len(self.lengths))
+        if tail == 0:
+            return rounds * self.batch_size
+        tail = max(tail, self.num_replicas)
+        share = tail // self.num_replicas + (self.rank < tail % self.num_replicas)
+        return rounds * self.batch_size + share
+
+    def __iter__(self) -> Iterator[int]:
+        order = self._order()
+        if self.num_replicas == 1:
+            yield from order
+            return
+        bs, r, world = self.batch_size, self.rank, self.num_replicas
+        rounds, tail = self._split(len(order))
+        for b in range(rounds):
+            start = (b * world + r) * bs
+            yield from order[start : start + bs]
+        if tail:
+            rest = order[rounds * bs * world :]
+            rest += order[: max(0, world - len(rest))]  # fewer items than ranks: repeat a few
+            q, extra = divmod(len(rest), world)
+            start = r * q + min(r, extra)
+            yield from rest[start : start + q + (r < extra)]
 
 
 class PropositionDataModule(pl.LightningDataModule):
@@ -371,17 +426,31 @@ class PropositionDataModule(pl.LightningDataModule):
         batch.update(extra)
         return dict(batch)
 
+    def _replicas(self) -> tuple[int, int]:
+        """(world size, global rank) of the attached trainer; (1, 0) without one."""
+        trainer = getattr(self, "trainer", None)
+        if trainer is None:
+            return 1, 0
+        return max(1, int(trainer.world_size)), int(trainer.global_rank)
+
     def train_dataloader(self) -> DataLoader:
+        """Batches of `per_device_batch_size`; under DDP this rank's share, split here (the
+        samplers are `DistributedSampler`s, so Lightning does not re-wrap and reshuffle them)."""
         h = self.hparams
-        sampler = (
-            LengthGroupedSampler(
+        world, rank = self._replicas()
+        sampler: DistributedSampler | None = None
+        if h.group_by_length:
+            sampler = LengthGroupedSampler(
                 [len(x["input_ids"]) + len(x["labels"]) for x in self.train_items],
                 h.per_device_batch_size,
                 seed=h.seed,
+                num_replicas=world,
+                rank=rank,
             )
-            if h.group_by_length
-            else None
-        )
+        elif world > 1:
+            sampler = DistributedSampler(
+                self.train_items, num_replicas=world, rank=rank, shuffle=True, seed=h.seed
+            )
         return DataLoader(
             self.train_items,
             batch_size=h.per_device_batch_size,
@@ -393,23 +462,25 @@ class PropositionDataModule(pl.LightningDataModule):
         )
 
     def val_dataloader(self) -> DataLoader:
+        """Validation items sorted by source length (generation batches pad little); under DDP
+        each rank takes every world-th item (padded with repeats, which validation drops by
+        id when it gathers the predictions)."""
         h = self.hparams
-        # sorted by source length so generation batches pad little; order does not matter here
         order = sorted(self.val_items, key=lambda x: -len(x["input_ids"]))
+        world, rank = self._replicas()
+        sampler = (
+            DistributedSampler(order, num_replicas=world, rank=rank, shuffle=False)
+            if world > 1
+            else None
+        )
         return DataLoader(
             order,
             batch_size=h.eval_batch_size or h.per_device_batch_size,
+            sampler=sampler,
             shuffle=False,
             collate_fn=self._collate,
             num_workers=h.num_workers,
         )
-
-    def steps_per_epoch(self, accumulate: int = 1, world_size: int = 1) -> int:
-        """Optimizer steps per epoch (for logging and schedule sanity checks)."""
-        batches = math.ceil(
-            len(self.train_pairs) / (self.hparams.per_device_batch_size * world_size)
-        )
-        return math.ceil(batches / accumulate)
 
 
 def _truncate(ids: list[int], max_len: int, eos: int | None) -> list[int]:

@@ -9,7 +9,6 @@ the checkpoint callback selects on (``val/set_f1``, max).
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import os
 import shutil
@@ -22,7 +21,7 @@ import pytorch_lightning as pl
 import torch
 
 from densex.metrics.set_f1 import SetF1Result, SetF1Scorer
-from densex.utils.cache import artifact_dir, content_key
+from densex.propositionizer.parse import parse_propositions
 from densex.utils.io import write_manifest
 from densex.utils.logging import get_logger
 from densex.utils.models import resolve_model
@@ -33,24 +32,10 @@ DEFAULT_METRIC = {"model_type": "roberta-large", "num_layers": 17, "idf": False,
 
 
 def parse_prediction(text: str) -> list[str] | None:
-    """Propositions from a generated string, or None when it cannot be parsed.
-
-    Uses the project's JSON repair (`propositionizer.parse`) when present, else strict JSON.
-    """
-    try:
-        from densex.propositionizer.parse import parse_propositions
-    except ImportError:
-        parse_propositions = None
-    if parse_propositions is not None:
-        result = parse_propositions(text)
-        return list(result.propositions) if result.ok else None
-    try:
-        value = json.loads(text)
-    except json.JSONDecodeError:
-        return None
-    if isinstance(value, list) and all(isinstance(p, str) for p in value):
-        return value
-    return None
+    """Propositions from a generated string (with the project's JSON repair,
+    `propositionizer.parse`), or None when it cannot be parsed."""
+    result = parse_propositions(text)
+    return list(result.propositions) if result.ok else None
 
 
 def prepare_model_path(
@@ -60,27 +45,13 @@ def prepare_model_path(
     tiny: dict[str, Any] | None = None,
 ) -> str:
     """A loadable model: hub id or local path, or (``name_or_path == "tiny"``) a tiny T5 built
-    into the cache, its sentencepiece vocabulary trained on `texts` and keyed by their hash."""
+    into the cache, its sentencepiece vocabulary trained on `texts` and keyed by their hash
+    (`densex.utils.tiny_t5.cached_tiny_t5`)."""
     if name_or_path != "tiny":
         return resolve_model(name_or_path)
-    spec = dict(tiny or {})
-    h = hashlib.sha256("\n".join(texts).encode("utf-8")).hexdigest()
-    out = artifact_dir(cache_dir, "tiny_t5", key=content_key(texts=h, **spec))
-    if (out / "config.json").exists():
-        return str(out)
-    from densex.utils.tiny_t5 import build_tiny_t5
+    from densex.utils.tiny_t5 import cached_tiny_t5
 
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
-    build_tiny_t5(tmp, texts=texts, **spec)
-    write_manifest(
-        tmp / "manifest.json", kind="tiny_t5", texts_sha256=h, n_texts=len(texts), **spec
-    )
-    try:
-        os.replace(tmp, out)
-    except OSError:  # another process finished first
-        shutil.rmtree(tmp, ignore_errors=True)
-    return str(out)
+    return str(cached_tiny_t5(cache_dir, texts, **dict(tiny or {})))
 
 
 class PropositionizerModule(pl.LightningModule):
@@ -181,6 +152,9 @@ class PropositionizerModule(pl.LightningModule):
     def on_validation_epoch_end(self) -> None:
         if self.trainer.sanity_checking or (not self._val_outputs and self.trainer.world_size == 1):
             return
+        # Every rank scores all gathered rows (identical results, so the synced mean is the
+        # rank-0 value): simpler than scoring on rank 0 and broadcasting, at the cost of
+        # duplicated set-F1 work under DDP.
         outputs = self._gather(self._val_outputs)
         result = self.score_predictions(outputs)
         self.log_dict(result.as_dict("val/"), sync_dist=self.trainer.world_size > 1)
@@ -190,7 +164,8 @@ class PropositionizerModule(pl.LightningModule):
         self._val_outputs = []
 
     def _gather(self, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        """All ranks' predictions, deduplicated by id (distributed samplers pad with repeats)."""
+        """All ranks' predictions, deduplicated by id (distributed samplers pad with repeats;
+        the data readers guarantee unique ids, so no real pair is dropped)."""
         if self.trainer.world_size > 1 and torch.distributed.is_initialized():
             parts: list[Any] = [None] * torch.distributed.get_world_size()
             torch.distributed.all_gather_object(parts, rows)
@@ -252,11 +227,27 @@ class PropositionizerModule(pl.LightningModule):
             write_manifest(
                 tmp / "manifest.json", kind="propositionizer", n_params=n_params, **manifest
             )
-            if out.exists():
-                shutil.rmtree(out)
-            os.replace(tmp, out)
+            _swap_dir(tmp, out)
         except BaseException:
             with contextlib.suppress(FileNotFoundError):
                 shutil.rmtree(tmp)
             raise
         return out
+
+
+def _swap_dir(new: Path, out: Path) -> None:
+    """Put directory `new` at `out`: the old `out` is renamed aside first and deleted only
+    after the swap, so a failure at any point leaves a complete export at `out` (the old one
+    is moved back if the swap fails)."""
+    old = None
+    if out.exists():
+        old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old.", dir=out.parent))
+        os.replace(out, old)  # onto the empty placeholder directory
+    try:
+        os.replace(new, out)
+    except BaseException:
+        if old is not None:
+            os.replace(old, out)
+        raise
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)

@@ -111,14 +111,32 @@ def _read_string(s: str, i: int) -> tuple[str | None, int, bool]:
     return None, n, inner
 
 
-def _scan_list(s: str, start: int) -> tuple[list[Any], int, set[str], bool]:
+def _json_string_spans(s: str, start: int, end: int) -> list[tuple[int, int]]:
+    """The (open, close + 1) spans of the double-quoted strings in valid JSON s[start:end]."""
+    spans: list[tuple[int, int]] = []
+    i = s.find('"', start, end)
+    while i != -1:
+        j = i + 1
+        while j < end and s[j] != '"':
+            j += 2 if s[j] == "\\" else 1
+        spans.append((i, min(j + 1, end)))
+        i = s.find('"', j + 1, end)
+    return spans
+
+
+def _scan_list(
+    s: str, start: int, spans: list[tuple[int, int]] | None = None
+) -> tuple[list[Any], int, set[str], bool]:
     """Leniently read the list opening at s[start]; return (items, end, repairs, found_any).
 
     Complete strings are kept; a string cut off by the end of the text is discarded (the list
     was truncated); other values (numbers, objects, bare words) become placeholders to drop.
+    The span of every string read (a cut-off one runs to the end) is appended to `spans`, so
+    the caller never restarts inside one: `["The album ['Live'` is text, not a list.
     """
     items: list[Any] = []
     repairs: set[str] = set()
+    spans = [] if spans is None else spans
     i, n = start + 1, len(s)
     last_comma = False
     while i < n:
@@ -135,7 +153,9 @@ def _scan_list(s: str, start: int) -> tuple[list[Any], int, set[str], bool]:
         elif ch in "\"'":
             if items and not last_comma:
                 repairs.add("missing_comma")
+            opened = i
             value, i, inner = _read_string(s, i)
+            spans.append((opened, i))
             if value is None:
                 repairs.add("truncated")
                 return items, n, repairs, bool(items)
@@ -147,7 +167,9 @@ def _scan_list(s: str, start: int) -> tuple[list[Any], int, set[str], bool]:
             last_comma = False
         else:
             try:
-                value, i = _DECODER.raw_decode(s, i)
+                value, j = _DECODER.raw_decode(s, i)
+                spans += _json_string_spans(s, i, j)
+                i = j
             except json.JSONDecodeError:
                 m = _DELIM.search(s, i)
                 value, i = None, (m.start() if m else n)
@@ -207,16 +229,25 @@ def parse_propositions(text: str | None) -> ParseResult:
         body, base = fence.group(1).strip(), ["fence"]
 
     first_list: tuple[list[Any], list[str]] | None = None
-    starts = [m.start() for m in re.finditer(r"\[", body)][:_MAX_CANDIDATES]
-    for pos in starts:
+    spans: list[tuple[int, int]] = []  # strings already read: a '[' inside one is text
+    tried = 0
+    for m in re.finditer(r"\[", body):
+        pos = m.start()
+        if any(a < pos < b for a, b in spans):
+            continue
+        tried += 1
+        if tried > _MAX_CANDIDATES:
+            break
         repairs = list(base)
         try:
             items, end = _DECODER.raw_decode(body, pos)
             strict = found = isinstance(items, list)
         except json.JSONDecodeError:
             strict = found = False
-        if not found:
-            items, end, fixes, found = _scan_list(body, pos)
+        if found:
+            spans += _json_string_spans(body, pos, end)
+        else:
+            items, end, fixes, found = _scan_list(body, pos, spans)
             repairs += sorted(fixes)
         if not found:
             continue

@@ -5,11 +5,14 @@ from __future__ import annotations
 import csv
 import os
 import time
+import unicodedata
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from densex.metrics.answers import exact_match, has_answer
+import regex
+
+from densex.metrics.answers import compile_answer_pattern, exact_match, has_answer
 from densex.qa.answer_recall import first_answer_words, recall_curve
 from densex.qa.budget import first_words
 from densex.qa.reader import Reader, build_reader
@@ -62,6 +65,33 @@ def read_curve(path: str | os.PathLike) -> tuple[list[int], list[float]]:
     return words, recall
 
 
+def regex_exact_match(prediction: str, patterns: Sequence[str]) -> bool:
+    """EM for regex answers (CuratedTREC), as DrQA/DPR-style evaluation scores them
+    (`regex_match_score`): some pattern matches at the start of the prediction. Patterns are
+    compiled as `has_answer` compiles them (`compile_answer_pattern`: NFD, IGNORECASE |
+    UNICODE | MULTILINE), and the prediction is NFD-normalised to match; a pattern that does
+    not compile never matches."""
+    text = unicodedata.normalize("NFD", prediction.strip())
+    for pattern in patterns:
+        try:
+            compiled = compile_answer_pattern(pattern)
+        except regex.error:
+            continue
+        if compiled.match(text) is not None:
+            return True
+    return False
+
+
+def answer_em(prediction: str, answers: Sequence[str], match_type: str = "string") -> bool:
+    """EM of one prediction: SQuAD-normalised string equality, or a regex match at the start
+    of the prediction for `match_type="regex"` datasets."""
+    if match_type == "string":
+        return exact_match(prediction, answers)
+    if match_type == "regex":
+        return regex_exact_match(prediction, answers)
+    raise ValueError(f"match_type must be 'string' or 'regex', got {match_type!r}")
+
+
 def qa_metrics(
     questions: Sequence[Mapping[str, Any]],
     ranked_unit_texts: Sequence[Sequence[str]],
@@ -106,7 +136,7 @@ def qa_metrics(
         t0 = time.perf_counter()
         contexts = [first_words(units, int(budget)) for units in ranked_unit_texts]
         predictions = reader.answer([q["question"] for q in questions], contexts)
-        correct = [exact_match(p, a) for p, a in zip(predictions, answers)]
+        correct = [answer_em(p, a, match_type) for p, a in zip(predictions, answers)]
         metrics[f"em@{int(budget)}"] = round(100.0 * sum(correct) / max(len(correct), 1), 4)
         write_jsonl(
             out / PREDICTIONS_FILE,

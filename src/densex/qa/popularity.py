@@ -84,9 +84,21 @@ def relation_of(path: str | os.PathLike) -> str:
     return Path(path).name.split(".")[0]
 
 
-def load_eq_questions(eq_dir: str | os.PathLike, split: str = "test") -> list[dict[str, Any]]:
-    """All `P*.{split}.json` questions (the project's EQ loader) plus the extracted `entity`."""
-    rows = load_questions(eq_dir, "eq", split=split)
+# The id prefix `load_dataset_questions` gives EQ rows through conf/dataset/eq.yaml (its
+# `name`): retrieval.json rows written by `evaluate` carry ids `eq-P19-0`, `eq-P19-1`, ...
+EQ_ID_PREFIX = "eq"
+
+
+def load_eq_questions(
+    eq_dir: str | os.PathLike, split: str = "test", id_prefix: str = EQ_ID_PREFIX
+) -> list[dict[str, Any]]:
+    """All `P*.{split}.json` questions (the project's EQ loader) plus the extracted `entity`.
+
+    Ids are `{id_prefix}-{relation}-{index}`, as `load_dataset_questions` gives them for a
+    dataset config named `id_prefix` (whatever the directory is called), so they join with the
+    ids an `evaluate` run writes into retrieval.json.
+    """
+    rows = load_questions(eq_dir, "eq", split=split, id_prefix=id_prefix)
     for row in rows:
         rel = row["relation"]
         row["entity"] = extract_entity(row["question"], rel) if rel in TEMPLATES else None
@@ -172,13 +184,52 @@ def bucket_label(lo: float, hi: float) -> str:
     return str(lo_i) if hi_i <= lo_i else f"{lo_i}-{hi_i}"
 
 
-def retrieval_hits(path: str | os.PathLike, ks: Iterable[int]) -> dict[str, dict[int, bool]]:
-    """Question text -> {k: any has_answer in the top k} from a DPR-format retrieval.json."""
+class RetrievalHits(dict):
+    """Question key -> {k: any has_answer in the top k}, from one retrieval.json.
+
+    `key` is `"id"` (every record has an id) or `"question"` (the stripped question text, the
+    fallback for files without ids); `texts` maps each key to its question text; `short` counts
+    the records holding fewer than max(k) contexts.
+    """
+
+    def __init__(self, path: str | os.PathLike, key: str) -> None:
+        super().__init__()
+        self.path, self.key = Path(path), key
+        self.texts: dict[str, str] = {}
+        self.short = 0
+
+    def key_of(self, question: Mapping[str, Any]) -> str | None:
+        """The key a question row is looked up by (None: it has no id in an id-keyed file)."""
+        if self.key == "id":
+            qid = question.get("id")
+            return None if qid is None else str(qid)
+        return str(question["question"]).strip()
+
+    def lookup(self, question: Mapping[str, Any]) -> dict[int, bool] | None:
+        key = self.key_of(question)
+        return None if key is None else self.get(key)
+
+
+def retrieval_hits(
+    path: str | os.PathLike, ks: Iterable[int], on_short: str = "warn"
+) -> RetrievalHits:
+    """Hits per question from a DPR-format retrieval.json, keyed by question id.
+
+    Files whose records lack ids are keyed by question text; a text that occurs more than once
+    with different answers or different hits is ambiguous and raises a `DataError`. A record
+    with fewer than max(k) contexts makes recall@k count a miss past its last context:
+    `on_short="warn"` logs once how many records are short, `"raise"` raises a `DataError`.
+    """
+    if on_short not in ("warn", "raise"):
+        raise ValueError(f"on_short must be 'warn' or 'raise', got {on_short!r}")
     data = read_json(path)
     if not isinstance(data, list):
         raise DataError(path, None, None, "expected a JSON list of DPR retrieval records")
     ks = sorted(set(ks))
-    out: dict[str, dict[int, bool]] = {}
+    by_id = bool(data) and all(isinstance(r, dict) and r.get("id") is not None for r in data)
+    out = RetrievalHits(path, "id" if by_id else "question")
+    answers_of: dict[str, Any] = {}
+    fewest: int | None = None
     for i, rec in enumerate(data):
         if not isinstance(rec, dict) or not isinstance(rec.get("question"), str):
             raise DataError(path, None, "question", f"record {i}: missing or not a string")
@@ -190,9 +241,82 @@ def retrieval_hits(path: str | os.PathLike, ks: Iterable[int]) -> dict[str, dict
             if not isinstance(c, dict) or "has_answer" not in c:
                 raise DataError(path, None, "has_answer", f"record {i}, ctx {j}: missing")
             flags.append(bool(c["has_answer"]))
+        if ks and len(flags) < ks[-1]:
+            out.short += 1
+            fewest = len(flags) if fewest is None else min(fewest, len(flags))
         first = next((j for j, f in enumerate(flags) if f), None)
-        out[rec["question"].strip()] = {k: first is not None and first < k for k in ks}
+        hit = {k: first is not None and first < k for k in ks}
+        text = rec["question"].strip()
+        key = str(rec["id"]) if by_id else text
+        if key in out:
+            if by_id:
+                raise DataError(path, None, "id", f"record {i}: duplicate question id {key!r}")
+            if out[key] != hit or answers_of[key] != rec.get("answers"):
+                raise DataError(
+                    path,
+                    None,
+                    "question",
+                    f"record {i}: question {text!r} occurs more than once with different "
+                    "answers or hits; without ids the records cannot be told apart (write "
+                    "retrieval.json with question ids)",
+                )
+        out[key], out.texts[key], answers_of[key] = hit, text, rec.get("answers")
+    if out.short:
+        message = (
+            f"{out.short} of {len(data)} records hold fewer than {ks[-1]} contexts (fewest "
+            f"{fewest}): recall@k counts them as misses past their last context"
+        )
+        if on_short == "raise":
+            raise DataError(path, None, "ctxs", message)
+        log.warning("%s: %s", path, message)
     return out
+
+
+def _check_join(questions: Sequence[Mapping[str, Any]], hits: Mapping[str, RetrievalHits]) -> None:
+    """Refuse joins that would silently pair a question with another question's retrieval:
+    ids whose question text differs, ids unknown to the question set, and (text-keyed files)
+    question texts shared by questions with different answers."""
+    by_id = {str(q["id"]): q for q in questions if q.get("id") is not None}
+    answers_by_text: dict[str, set[tuple[str, ...]]] = {}
+    for q in questions:
+        answers_by_text.setdefault(q["question"].strip(), set()).add(tuple(q["answers"]))
+    for h in hits.values():
+        if h.key == "id":
+            unknown = [k for k in h if k not in by_id]
+            if unknown:
+                raise DataError(
+                    h.path,
+                    None,
+                    "id",
+                    f"{len(unknown)} of {len(h)} question ids are not EntityQuestions ids "
+                    f"(e.g. {unknown[0]!r}, expected like {next(iter(by_id), '?')!r}): "
+                    "is the id prefix the dataset name the retrieval was run with?",
+                )
+            for k in h:
+                if h.texts[k] != by_id[k]["question"].strip():
+                    raise DataError(
+                        h.path,
+                        None,
+                        "question",
+                        f"id {k!r} is {h.texts[k]!r} here but {by_id[k]['question']!r} in "
+                        "EntityQuestions",
+                    )
+        else:
+            for text in h:
+                if len(answers_by_text.get(text, ())) > 1:
+                    raise DataError(
+                        h.path,
+                        None,
+                        "question",
+                        f"question {text!r} occurs in EntityQuestions with different answers "
+                        "and this file has no ids to tell them apart",
+                    )
+
+
+def _lookup(hits: Mapping[str, Mapping[int, bool]], question: Mapping[str, Any]) -> Any:
+    if isinstance(hits, RetrievalHits):
+        return hits.lookup(question)
+    return hits.get(question["question"].strip())
 
 
 @dataclass
@@ -215,7 +339,9 @@ def popularity_recall(
 ) -> PopularityResult:
     """Recall@k (percent) per popularity bucket for each granularity's retrieval hits.
 
-    Questions absent from a granularity's hits are left out of that granularity's counts.
+    Questions are joined to hits by id (by stripped question text for plain mappings and
+    text-keyed `RetrievalHits`); questions absent from a granularity's hits are left out of
+    that granularity's counts.
     """
     edges = bucket_edges(popularity, scheme, n_buckets, base)
     rows = []
@@ -225,7 +351,7 @@ def popularity_recall(
     table = []
     for gran, hits in hits_by_granularity.items():
         for b in range(len(edges) - 1):
-            members = [hits.get(r["question"].strip()) for r in rows if r["bucket"] == b]
+            members = [_lookup(hits, r) for r in rows if r["bucket"] == b]
             members = [m for m in members if m is not None]
             rec: dict[str, Any] = {
                 "granularity": gran,
@@ -263,11 +389,15 @@ def run_popularity(
     scheme: str = "log",
     n_buckets: int = 5,
     base: float = 10.0,
+    id_prefix: str = EQ_ID_PREFIX,
+    on_short: str = "warn",
 ) -> PopularityResult:
     """Figure 3 end to end: popularity per question, recall@k per bucket, CSVs, PNG, manifest.
 
     `retrievals` maps a granularity label to its DPR-format retrieval.json; only questions
-    that occur in at least one of them are scored (all EQ questions when it is empty).
+    that occur in at least one of them are scored (all EQ questions when it is empty). Records
+    join questions by id (`{id_prefix}-{relation}-{index}`, the dataset config's name as the
+    prefix), by question text only for files without ids.
     """
     import csv
 
@@ -276,12 +406,12 @@ def run_popularity(
     from densex.utils.io import atomic_open, write_manifest
 
     out = Path(out_dir)
-    questions = load_eq_questions(eq_dir)
+    questions = load_eq_questions(eq_dir, id_prefix=id_prefix)
     total, extracted = len(questions), sum(q["entity"] is not None for q in questions)
-    hits = {g: retrieval_hits(p, ks) for g, p in retrievals.items()}
+    hits = {g: retrieval_hits(p, ks, on_short=on_short) for g, p in retrievals.items()}
+    _check_join(questions, hits)
     if hits:
-        wanted = set().union(*(h.keys() for h in hits.values()))
-        questions = [q for q in questions if q["question"].strip() in wanted]
+        questions = [q for q in questions if any(h.lookup(q) is not None for h in hits.values())]
         if not questions:
             raise DataError(
                 next(iter(retrievals.values())),
@@ -316,6 +446,9 @@ def run_popularity(
         extraction_rate=round(100.0 * extracted / total, 3),
         questions_scored=len(result.questions),
         retrievals={g: str(p) for g, p in retrievals.items()},
+        joined_by={g: h.key for g, h in hits.items()},
+        short_retrievals={g: h.short for g, h in hits.items()},
+        id_prefix=id_prefix,
         ks=list(ks),
         bm25_k=bm25_k,
         scheme=scheme,

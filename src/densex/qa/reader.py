@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from densex.utils.logging import get_logger
-from densex.utils.models import resolve_model
+from densex.utils.models import resolve_dtype, resolve_model
 
 log = get_logger(__name__)
 
@@ -42,7 +42,8 @@ def unifiedqa_input(question: str, context: str) -> str:
 class Reader:
     """Batched greedy generation with a Hugging Face seq2seq model (hub id or local path).
 
-    Inputs are sorted by length so each batch pads little; bf16 on a GPU, fp32 on a CPU.
+    Inputs are sorted by length so each batch pads little; `dtype: auto` is bf16 on a GPU
+    that supports it (`densex.utils.models.resolve_dtype`), fp32 elsewhere.
     `max_input_tokens` defaults to 1024 rather than T5's 512 so a 500-word context (about
     700 T5 tokens) is not cut: T5's relative positions handle the longer input.
     """
@@ -74,14 +75,13 @@ class Reader:
         if device == "auto":
             device = "cuda" if torch.cuda.is_available() else "cpu"
         self.device = torch.device(device)
-        if dtype == "auto":
-            dtype = "bfloat16" if self.device.type == "cuda" else "float32"
+        self.dtype = resolve_dtype(dtype, self.device)  # auto: bf16 on a bf16 GPU, else fp32
         self.model_path = resolve_model(str(model))
         self.tokenizer = AutoTokenizer.from_pretrained(self.model_path)
         self.tokenizer.model_max_length = self.max_input_tokens
-        self.model = AutoModelForSeq2SeqLM.from_pretrained(
-            self.model_path, dtype=getattr(torch, dtype)
-        ).to(self.device)
+        self.model = AutoModelForSeq2SeqLM.from_pretrained(self.model_path, dtype=self.dtype).to(
+            self.device
+        )
         self.model.eval()
 
     def format_input(self, question: str, context: str) -> str:

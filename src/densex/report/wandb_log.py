@@ -37,13 +37,20 @@ def wandb_settings(cfg: DictConfig) -> dict[str, Any] | None:
     return out
 
 
-def _logged_in() -> bool:
+def wandb_logged_in() -> bool:
+    """Whether W&B has an API key (WANDB_API_KEY or `wandb login`'s netrc entry)."""
     import wandb
 
     try:
         return bool(os.environ.get("WANDB_API_KEY") or wandb.api.api_key)
     except Exception:  # noqa: BLE001 - any failure to find a key means "not logged in"
         return False
+
+
+def wandb_offline(offline: bool | None = None) -> bool:
+    """Run W&B offline: when the config asks for it or nobody is logged in. (An explicit
+    WANDB_MODE is the caller's to pass on; it wins over this.)"""
+    return bool(offline) or not wandb_logged_in()
 
 
 def init_run(
@@ -64,7 +71,7 @@ def init_run(
         return None
     import wandb
 
-    offline = bool(settings.get("offline")) or not _logged_in()
+    offline = wandb_offline(settings.get("offline"))
     save_dir = str(save_dir or settings.get("save_dir") or ".")
     os.makedirs(save_dir, exist_ok=True)
     return wandb.init(

@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import torch
 
 
 def minilm_path() -> str:
@@ -44,3 +48,35 @@ def resolve_precision(precision: str | int | None) -> str | int | None:
     if torch.cuda.is_available() and torch.cuda.is_bf16_supported():
         return "bf16-mixed"
     return "32-true"
+
+
+_DTYPES = {
+    "float32": "float32",
+    "fp32": "float32",
+    "32": "float32",
+    "bfloat16": "bfloat16",
+    "bf16": "bfloat16",
+    "float16": "float16",
+    "fp16": "float16",
+    "16": "float16",
+}
+
+
+def resolve_dtype(name: Any, device: Any = None) -> torch.dtype:
+    """A torch dtype from a config name: `float32|bfloat16|float16` (or `fp32|bf16|fp16`), a
+    `torch.dtype`, or `auto` = bfloat16 on a CUDA device that supports it (the same rule as
+    `resolve_precision`), float32 elsewhere. `device` (a `torch.device` or string) is where the
+    model will run; None means the default device (CUDA when available)."""
+    import torch
+
+    if isinstance(name, torch.dtype):
+        return name
+    key = str(name).lower()
+    if key == "auto":
+        on_cuda = torch.cuda.is_available() and (
+            device is None or torch.device(device).type == "cuda"
+        )
+        return torch.bfloat16 if on_cuda and torch.cuda.is_bf16_supported() else torch.float32
+    if key not in _DTYPES:
+        raise ValueError(f"dtype must be auto|float32|bfloat16|float16, got {name!r}")
+    return getattr(torch, _DTYPES[key])

@@ -82,3 +82,53 @@ def build_tiny_t5(
     )
     T5ForConditionalGeneration(config).save_pretrained(str(out))
     return out
+
+
+def ensure_tiny_t5(
+    out_dir: str | os.PathLike,
+    texts: Iterable[str] = (),
+    manifest: dict | None = None,
+    **spec,
+) -> Path:
+    """`out_dir` holding a tiny T5 (`build_tiny_t5(texts, **spec)`), built once, atomically.
+
+    The model is built in a temporary sibling directory and renamed into place, so a crash
+    never leaves a half-written model and concurrent builders agree (the first rename wins;
+    the others discard their copy). `manifest` (if given) is written beside the model.
+    """
+    import shutil
+    import tempfile
+
+    out = Path(out_dir)
+    if (out / "config.json").exists():
+        return out
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    try:
+        build_tiny_t5(tmp, texts=texts, **spec)
+        if manifest is not None:
+            from densex.utils.io import write_manifest
+
+            write_manifest(tmp / "manifest.json", **manifest)
+        try:
+            os.replace(tmp, out)
+        except OSError:  # another process finished first
+            if not (out / "config.json").exists():
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return out
+
+
+def cached_tiny_t5(cache_dir: str | os.PathLike, texts: Iterable[str] = (), **spec) -> Path:
+    """A tiny T5 in `<cache_dir>/tiny_t5/<key>`, keyed by the texts' hash and the build spec
+    (`ensure_tiny_t5`: built once, atomically, with a manifest)."""
+    import hashlib
+
+    from densex.utils.cache import artifact_dir, content_key
+
+    texts = list(texts)
+    h = hashlib.sha256("\n".join(texts).encode("utf-8")).hexdigest()
+    out = artifact_dir(cache_dir, "tiny_t5", key=content_key(texts=h, **spec))
+    manifest = {"kind": "tiny_t5", "texts_sha256": h, "n_texts": len(texts), **spec}
+    return ensure_tiny_t5(out, texts, manifest=manifest, **spec)
