@@ -302,3 +302,159 @@ def test_passages_are_read_by_the_corpus_reader(tiny_t5, tmp_path, monkeypatch):
     )
     assert [r["id"] for r in _read(out)] == ["a", "c"]
     assert len(built) == 1  # the shared predict-Trainer builder (densex.utils.trainer)
+    skipped = json.loads(manifest_path(out).read_text())["skipped"]  # never only in the log
+    assert skipped["total"] == 1 and skipped["by_field"] == {"text": 1}
+    assert len(skipped["examples"]) == 1 and f"{path}:2" in skipped["examples"][0]
+
+
+def _spy_generate(monkeypatch) -> list[dict]:
+    """Record, at each `generate` call, the weights' dtype and whether autocast is on."""
+    seen: list[dict] = []
+    real = gen.PropositionGenerator.generate
+
+    def spy(self, sources):
+        seen.append(
+            {
+                "dtype": next(self.model.parameters()).dtype,
+                "autocast": torch.is_autocast_enabled("cpu"),
+            }
+        )
+        return real(self, sources)
+
+    monkeypatch.setattr(gen.PropositionGenerator, "generate", spy)
+    return seen
+
+
+def test_propositionizer_dtype_decides_not_the_trainer_precision(
+    tiny_t5, squad_open, tmp_path, monkeypatch
+):
+    """`trainer.precision: bf16-mixed` (what `auto` gives on a bf16 GPU) must not run a
+    `dtype: float32` propositionizer under bf16 autocast; the dtype used is in key + manifest."""
+    passages_path, _ = _first_passages(squad_open, tmp_path, 3)
+    seen = _spy_generate(monkeypatch)
+    built = []
+    original = gen.predict_trainer
+
+    def spy_trainer(*args, **kwargs):
+        built.append(kwargs)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(gen, "predict_trainer", spy_trainer)
+    bf16_trainer = {**TRAINER, "precision": "bf16-mixed"}
+    out = generate_propositions(
+        passages_path, _cfg(tiny_t5, dtype="float32"), tmp_path / "a" / "p.jsonl", bf16_trainer
+    )
+    assert seen == [{"dtype": torch.float32, "autocast": False}]
+    assert built[0]["precision"] == "32-true"
+    m = json.loads(manifest_path(out).read_text())
+    assert m["settings"]["dtype"] == "float32" and m["settings"]["dtype_requested"] == "float32"
+
+    # auto on a CPU trainer is float32: the same shards as an explicit float32
+    seen.clear()
+    out = generate_propositions(
+        passages_path, _cfg(tiny_t5, dtype="auto"), tmp_path / "a" / "p.jsonl", bf16_trainer
+    )
+    m = json.loads(manifest_path(out).read_text())
+    assert seen == [] and m["shards"]["generated"] == 0
+    assert m["settings"]["dtype"] == "float32" and m["settings"]["dtype_requested"] == "auto"
+
+    # an explicit bfloat16: the weights are bf16 (no autocast), new shards, recorded
+    out = generate_propositions(
+        passages_path, _cfg(tiny_t5, dtype="bf16"), tmp_path / "a" / "p.jsonl", TRAINER
+    )
+    assert seen == [{"dtype": torch.bfloat16, "autocast": False}]
+    m = json.loads(manifest_path(out).read_text())
+    assert m["settings"]["dtype"] == "bfloat16" and m["shards"]["generated"] == 1
+    assert len(list((tmp_path / "a" / "shards").iterdir())) == 2
+
+
+def test_effective_dtype_follows_the_trainer_accelerator():
+    assert gen.effective_dtype("auto", {"accelerator": "cpu"}) == "float32"
+    assert gen.effective_dtype("fp16", {"accelerator": "cpu"}) == "float16"
+    assert gen.effective_dtype("float32", None) == "float32"
+    gpu = torch.cuda.is_available() and torch.cuda.is_bf16_supported()
+    assert gen.effective_dtype("auto", {"accelerator": "gpu"}) == ("bfloat16" if gpu else "float32")
+    with pytest.raises(ValueError, match="dtype must be"):
+        gen.effective_dtype("int8", None)
+
+
+def _fake_hub_snapshot(cache: Path, repo_id: str, model_dir: Path, commit: str) -> None:
+    """Lay `model_dir` out as the hub cache does: snapshots/<commit>/ + refs/main."""
+    import shutil
+
+    repo = cache / ("models--" + repo_id.replace("/", "--"))
+    shutil.copytree(model_dir, repo / "snapshots" / commit)
+    (repo / "refs").mkdir(parents=True, exist_ok=True)
+    (repo / "refs" / "main").write_text(commit)
+
+
+def test_a_hub_id_is_keyed_by_its_resolved_commit(tiny_t5, squad_open, tmp_path, monkeypatch):
+    """A hub id that moves to a new commit must not reuse the old commit's shards."""
+    import huggingface_hub.constants as hf_constants
+
+    cache = tmp_path / "hub"
+    monkeypatch.setattr(hf_constants, "HF_HUB_OFFLINE", True)
+    monkeypatch.setattr(hf_constants, "HF_HUB_CACHE", str(cache))
+    c1, c2 = "1" * 40, "2" * 40
+    _fake_hub_snapshot(cache, "densex-test/tiny-t5", tiny_t5, c1)
+    assert gen.hub_commit("densex-test/tiny-t5") == c1
+    assert gen.hub_commit("densex-test/not-cached") is None  # offline, unknown: id only
+    assert gen._model_fingerprint("densex-test/not-cached") == {
+        "hub_id": "densex-test/not-cached",
+        "commit": None,
+    }
+
+    passages_path, _ = _first_passages(squad_open, tmp_path, 3)
+    cfg = _cfg("densex-test/tiny-t5")
+    out = generate_propositions(passages_path, cfg, tmp_path / "o" / "p.jsonl", TRAINER)
+    m = json.loads(manifest_path(out).read_text())
+    assert m["model"] == "densex-test/tiny-t5" and m["model_commit"] == c1
+    generate_propositions(passages_path, cfg, out, TRAINER)
+    assert json.loads(manifest_path(out).read_text())["shards"]["generated"] == 0
+
+    _fake_hub_snapshot(cache, "densex-test/tiny-t5", tiny_t5, c2)  # a new upload
+    generate_propositions(passages_path, cfg, out, TRAINER)
+    m = json.loads(manifest_path(out).read_text())
+    assert m["model_commit"] == c2 and m["shards"]["generated"] == 1
+
+
+def test_hit_max_new_tokens_whatever_the_decoder_start_token():
+    """Column 0 of a seq2seq output is the decoder start token (T5: pad 0; BART: eos 2); only
+    the generated tokens decide whether a row ran into max_new_tokens without an eos."""
+    eos = {2}
+    out = torch.tensor(
+        [
+            [2, 5, 6, 7, 8],  # BART-like start = eos; 4 generated, no eos: cut
+            [2, 5, 2, 1, 1],  # ended with eos, then padding
+            [2, 5, 6, 7, 2],  # eos exactly at the limit: not cut
+        ]
+    )
+    assert gen._hit_max_new_tokens(out, eos, 4) == [True, False, False]
+    assert gen._hit_max_new_tokens(out, eos, 5) == [False, False, False]  # never reached
+    t5 = torch.tensor([[0, 5, 6, 7, 8], [0, 5, 1, 0, 0]])  # T5: start = pad, eos = 1
+    assert gen._hit_max_new_tokens(t5, {1}, 4) == [True, False]
+
+
+def test_cut_flags_with_eos_as_decoder_start(tiny_t5, squad_open, tmp_path):
+    """A real model whose decoder starts with eos (as BART does): the flags still match what
+    generation did, checked one passage at a time."""
+    from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+
+    model = AutoModelForSeq2SeqLM.from_pretrained(tiny_t5)
+    tok = AutoTokenizer.from_pretrained(tiny_t5)
+    model.config.decoder_start_token_id = tok.eos_token_id
+    model.generation_config.decoder_start_token_id = tok.eos_token_id
+    bart_like = tmp_path / "bart_like"
+    model.save_pretrained(bart_like)
+    tok.save_pretrained(bart_like)
+
+    _, passages = _first_passages(squad_open, tmp_path, 6)
+    sources = [passage_source(p) for p in passages]
+    module = gen.PropositionGenerator(str(bart_like), batch_size=4, max_new_tokens=6)
+    _, cut = module.generate(sources)
+    expected = []
+    for s in sources:
+        one = module.model.generate(**tok(s, return_tensors="pt"), max_new_tokens=6)[0, 1:]
+        expected.append(len(one) == 6 and tok.eos_token_id not in one.tolist())
+    assert any(expected)  # the random model runs into the limit for some passages
+    assert cut == expected

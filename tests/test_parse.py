@@ -146,10 +146,10 @@ CATALOGUE = [
     ("garbage-with-brackets", "The [citation needed] text ]] [[", [], False, (), 0),
     ("only-opening-bracket", '["unfinished', [], False, (), 0),
     # a '[' inside a string already read is text, never the start of another list
-    ("bracket-in-truncated-string", '["The album [\'Live\'', [], False, (), 0),
-    ("bracket-list-in-truncated-string", '["The album [\'Live\', \'X\'] was', [], False, (), 0),
+    ("bracket-in-truncated-string", "[\"The album ['Live'", [], False, (), 0),
+    ("bracket-list-in-truncated-string", "[\"The album ['Live', 'X'] was", [], False, (), 0),
     ("bracket-after-empty-string", '["", "The album [\'Live\'', [], False, (), 0),
-    ("bracket-after-non-string", '[1, "x [\'y\'', [], False, (), 0),
+    ("bracket-after-non-string", "[1, \"x ['y'", [], False, (), 0),
     ("bracket-in-object-string", '[{"k": "x [\'y\']"},', [], False, (), 0),
     (
         "bracket-in-later-truncated-string",

@@ -376,6 +376,30 @@ def test_best_checkpoint_score_comes_from_the_file(tmp_path):
     assert score == pytest.approx(0.9) and ckpt["epoch"] == 1 and Path(path).name == "eepoch=1.ckpt"
 
 
+def test_best_checkpoint_score_under_ddp_spawn(tmp_path):
+    """The real launcher: two spawned CPU processes; the main process gets no score back."""
+    from pytorch_lightning.callbacks import ModelCheckpoint
+
+    data = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.randn(4, 2)))
+    last = ModelCheckpoint(dirpath=tmp_path, filename="last", monitor=None)
+    best = ModelCheckpoint(dirpath=tmp_path, filename="e{epoch}", monitor="val/set_f1", mode="max")
+    trainer = pl.Trainer(
+        accelerator="cpu",
+        devices=2,
+        strategy="ddp_spawn",
+        max_epochs=3,
+        callbacks=[last, best],
+        logger=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        default_root_dir=tmp_path,
+    )
+    trainer.fit(_ScoreByEpoch(), data, data)
+    assert best.best_model_score is None and not best.best_model_path  # what spawn leaves
+    path, score, ckpt = best_checkpoint(trainer)
+    assert score == pytest.approx(0.9) and ckpt["epoch"] == 1 and Path(path).name == "eepoch=1.ckpt"
+
+
 def test_wandb_logger_is_offline_without_login(repo_root, tmp_path, monkeypatch):
     from pytorch_lightning.loggers import WandbLogger
 
@@ -388,17 +412,18 @@ def test_wandb_logger_is_offline_without_login(repo_root, tmp_path, monkeypatch)
     monkeypatch.setenv("WANDB_CONFIG_DIR", str(tmp_path / "wandb-config"))
     assert not wandb_logged_in()
     GlobalHydra.instance().clear()
-    overrides = ["logger=wandb", f"paths.output_dir={tmp_path}", "+logger.wandb.log_model=true"]
+    overrides = ["logger=wandb", f"paths.output_dir={tmp_path}", "logger.wandb.log_model=true"]
     with initialize_config_dir(version_base="1.3", config_dir=str(repo_root / "conf")):
         cfg = compose(config_name="train", overrides=overrides)
     (logger,) = build_loggers(cfg)
     assert isinstance(logger, WandbLogger)
     assert logger._offline and not logger._log_model  # offline cannot upload checkpoints
+    assert logger._wandb_init["mode"] == "offline"  # explicit: W&B reads WANDB_MODE only once
     # an explicit WANDB_MODE is W&B's to apply (offline=True would overwrite it with dryrun)
     monkeypatch.setenv("WANDB_MODE", "disabled")
     (logger,) = build_loggers(cfg)
-    assert not logger._offline
-    logger.experiment  # noqa: B018 - a disabled run, no account needed
+    assert not logger._offline and logger._wandb_init["mode"] == "disabled"
+    assert logger.experiment.disabled  # a no-op run, no account needed
     assert os.environ["WANDB_MODE"] == "disabled"
     monkeypatch.setenv("WANDB_API_KEY", "k" * 40)
     monkeypatch.delenv("WANDB_MODE")
@@ -434,7 +459,7 @@ def test_tiny_model_is_cached_by_texts_and_spec(tmp_path, monkeypatch):
     from densex.utils import tiny_t5
 
     texts = ["Title: A. Section: . Content: a b c.", '["a b c."]']
-    spec = {"vocab_size": 120, "d_model": 16, "num_layers": 1, "num_heads": 2, "d_ff": 32}
+    spec = {"vocab_size": 400, "d_model": 16, "num_layers": 1, "num_heads": 2, "d_ff": 32}
     path = prepare_model_path("tiny", texts, tmp_path, tiny=spec)
     assert Path(path).parent == tmp_path / "tiny_t5" and (Path(path) / "config.json").exists()
     manifest = json.loads((Path(path) / "manifest.json").read_text())

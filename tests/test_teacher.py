@@ -27,12 +27,15 @@ class FakeChatServer:
     """/v1/chat/completions answering from a prompt -> content table.
 
     `fail_next` holds HTTP statuses to return for the next requests (429 -> Retry-After: 0).
+    `bad_next` holds overrides for the next 200 replies: `{"choices": []}`, `{"content": ""}`,
+    `{"finish_reason": "content_filter"}` (what a flaky or filtering server sends).
     An unknown prompt is a 400, so a prompt that is not exactly the expected one fails loudly.
     """
 
     def __init__(self, replies: dict[str, str]):
         self.replies = replies
         self.fail_next: list[int] = []
+        self.bad_next: list[dict] = []
         self.requests: list[dict] = []
         self.lock = threading.Lock()
         server = self
@@ -68,9 +71,19 @@ class FakeChatServer:
                 if prompt not in server.replies:
                     return self._send(400, {"error": {"message": "unexpected prompt"}})
                 content = server.replies[prompt]
+                with server.lock:
+                    bad = server.bad_next.pop(0) if server.bad_next else {}
+                content = bad.get("content", content)
+                choices = [
+                    {
+                        "index": 0,
+                        "message": {"role": "assistant", "content": content},
+                        "finish_reason": bad.get("finish_reason", "stop"),
+                    }
+                ]
                 usage = {
                     "prompt_tokens": len(prompt.split()),
-                    "completion_tokens": len(content.split()),
+                    "completion_tokens": len((content or "").split()),
                 }
                 usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
                 self._send(
@@ -80,13 +93,7 @@ class FakeChatServer:
                         "object": "chat.completion",
                         "created": 0,
                         "model": body["model"],
-                        "choices": [
-                            {
-                                "index": 0,
-                                "message": {"role": "assistant", "content": content},
-                                "finish_reason": "stop",
-                            }
-                        ],
+                        "choices": bad.get("choices", choices),
                         "usage": usage,
                     },
                 )
@@ -205,7 +212,17 @@ def test_teacher_end_to_end(data, env, tmp_path, repo_root, caplog, capsys):
         assert m["type"] == "teacher" and m["model"] == "test-teacher-1"
         assert (m["passages"], m["parsed_strict"], m["repaired"], m["unparseable"]) == (6, 4, 1, 1)
         assert m["fallbacks"] == {"sentences": 1} and m["repairs"] == {"fence": 1}
-        assert m["requests"] == {"requests": 7, "retries": 1, "api_replies": 6, "cache_hits": 0}
+        assert m["requests"] == {
+            "requests": 7,
+            "retries": 1,
+            "api_replies": 6,
+            "cache_hits": 0,
+            "bad_replies": 0,
+            "bad_final": 0,
+        }
+        assert m["bad_replies"] == {"final": 0, "reasons": {}}
+        assert m["skipped"] == {"total": 0, "by_field": {}, "examples": []}
+        assert m["cache_namespace"] == server.base_url
         p_tok = sum(len(p.split()) for p in prompts)
         c_tok = sum(len(replies[p].split()) for p in prompts)
         assert m["tokens"] == {"prompt": p_tok, "completion": c_tok}
@@ -219,7 +236,14 @@ def test_teacher_end_to_end(data, env, tmp_path, repo_root, caplog, capsys):
         assert len(server.requests) == 7
         assert out.read_bytes() == before
         m2 = json.loads(manifest_path(out).read_text())
-        assert m2["requests"] == {"requests": 0, "retries": 0, "api_replies": 0, "cache_hits": 6}
+        assert m2["requests"] == {
+            "requests": 0,
+            "retries": 0,
+            "api_replies": 0,
+            "cache_hits": 6,
+            "bad_replies": 0,
+            "bad_final": 0,
+        }
         assert m2["cost_usd"] == 0 and m2["tokens"] == {"prompt": 0, "completion": 0}
         assert m2["tokens_including_cache"] == m["tokens"]
 
@@ -318,3 +342,132 @@ def test_changed_max_tokens_or_temperature_misses_the_cache(data, env, tmp_path,
         server.close()
     entry = json.loads(next((tmp_path / "cache").rglob("*.json")).read_text())
     assert set(entry["generation"]) == {"temperature", "max_tokens"}
+
+
+@pytest.mark.parametrize(
+    "bad,reason",
+    [
+        ({"content": ""}, "empty content"),
+        ({"content": None}, "empty content"),
+        ({"choices": []}, "no choices"),
+        ({"finish_reason": "content_filter"}, "finish_reason='content_filter'"),
+    ],
+    ids=["empty", "null-content", "no-choices", "content-filter"],
+)
+def test_bad_replies_are_retried_and_never_cached(bad, reason, data, env, tmp_path, repo_root):
+    """A transient bad reply must not become a permanent fallback: it is retried within the
+    retry policy; if every attempt is bad the passage falls back uncached (counted), and the
+    next run asks again and caches the good reply."""
+    path, passages, teacher, prompts = data
+    server = FakeChatServer({p: json.dumps(t) for p, t in zip(prompts, teacher)})
+    cache = tmp_path / "cache"
+    try:
+        cfg = _cfg(server, cache, repo_root, max_concurrency=1, max_retries=2)
+        # passage 0: bad once, then good (one retry); passage 1: bad on all 3 attempts
+        server.bad_next = [bad, {}, bad, bad, bad]
+        out = generate_propositions(path, cfg, tmp_path / "a" / "p.jsonl")
+        assert len(server.requests) == 6 + 1 + 2
+        rows = _read_rows(out)
+        assert rows[0]["propositions"] == teacher[0]  # the retry got the good reply
+        assert rows[1]["propositions"] == SentenceSplitter("")(passages[1]["text"])
+        assert [r["propositions"] for r in rows[2:]] == teacher[2:]
+        m = json.loads(manifest_path(out).read_text())
+        assert m["requests"]["bad_replies"] == 4 and m["requests"]["bad_final"] == 1
+        assert m["requests"]["retries"] == 3
+        assert m["bad_replies"] == {"final": 1, "reasons": {reason: 1}}
+        assert m["fallbacks"] == {"sentences": 1}
+        entries = [json.loads(p.read_text()) for p in cache.rglob("*.json")]
+        assert len(entries) == 5 and all(e["content"].strip() for e in entries)
+        assert {e["finish_reason"] for e in entries} == {"stop"}
+
+        # the rerun asks again for passage 1 only, and now caches its good reply
+        out = generate_propositions(path, cfg, tmp_path / "b" / "p.jsonl")
+        assert len(server.requests) == 10
+        assert server.requests[-1]["body"]["messages"][0]["content"] == prompts[1]
+        assert _read_rows(out)[1]["propositions"] == teacher[1]
+        assert len(list(cache.rglob("*.json"))) == 6
+    finally:
+        server.close()
+
+
+def test_length_replies_are_cached(data, env, tmp_path, repo_root):
+    """`length` is a complete reply for its max_tokens (part of the key): cached, counted."""
+    path, passages, teacher, prompts = data
+    server = FakeChatServer({p: json.dumps(t) for p, t in zip(prompts, teacher)})
+    try:
+        cfg = _cfg(server, tmp_path / "cache", repo_root, max_concurrency=1)
+        server.bad_next = [{"finish_reason": "length"}]
+        out = generate_propositions(path, cfg, tmp_path / "a" / "p.jsonl")
+        m = json.loads(manifest_path(out).read_text())
+        assert len(server.requests) == 6 and m["hit_max_tokens"] == 1
+        assert m["requests"]["bad_replies"] == 0
+        generate_propositions(path, cfg, tmp_path / "b" / "p.jsonl")
+        assert len(server.requests) == 6
+    finally:
+        server.close()
+
+
+def test_cache_is_keyed_by_endpoint(data, env, tmp_path, repo_root):
+    """Two servers answering to the same model name (TGI's `model="tgi"`) never share cache
+    entries; credentials, query and a trailing slash are not part of the endpoint (and are
+    never written); `cache_namespace` replaces the endpoint when set."""
+    path, passages, teacher, prompts = data
+    one = FakeChatServer({p: json.dumps(t) for p, t in zip(prompts, teacher)})
+    other = {p: json.dumps(t[:1]) for p, t in zip(prompts, teacher)}  # a different server
+    two = FakeChatServer(other)
+    cache = tmp_path / "cache"
+    try:
+        cfg = _cfg(one, cache, repo_root, model="tgi")
+        a = generate_propositions(path, cfg, tmp_path / "a" / "p.jsonl")
+        assert len(one.requests) == 6
+        b = generate_propositions(
+            path, {**cfg, "base_url": two.base_url}, tmp_path / "b" / "p.jsonl"
+        )
+        assert len(two.requests) == 6  # not answered from server one's cache
+        assert [r["propositions"] for r in _read_rows(b)] == [t[:1] for t in teacher]
+        assert _read_rows(a) != _read_rows(b)
+
+        # the same endpoint written differently is the same cache entry
+        port = one.httpd.server_address[1]
+        same = f"http://user:{SECRET}@127.0.0.1:{port}/v1/?token={SECRET}"
+        m = generate_propositions(path, {**cfg, "base_url": same}, tmp_path / "c" / "p.jsonl")
+        assert len(one.requests) == 6
+        manifest = json.loads(manifest_path(m).read_text())
+        assert manifest["requests"]["cache_hits"] == 6
+        assert manifest["cache_namespace"] == one.base_url
+
+        # an explicit namespace: shared on purpose (e.g. a server that moved port)
+        ns = {"cache_namespace": "my-tgi"}
+        generate_propositions(path, {**cfg, **ns}, tmp_path / "d" / "p.jsonl")
+        assert len(one.requests) == 12
+        e = generate_propositions(
+            path, {**cfg, **ns, "base_url": two.base_url}, tmp_path / "e" / "p.jsonl"
+        )
+        assert len(two.requests) == 6
+        assert _read_rows(e) == _read_rows(a)
+    finally:
+        one.close()
+        two.close()
+    assert SECRET not in _all_text(cache, tmp_path / "c")
+    entry = json.loads(next(cache.rglob("*.json")).read_text())
+    assert entry["endpoint"] in (one.base_url, two.base_url, "my-tgi")
+
+
+def _read_rows(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+
+
+def test_skipped_passages_are_in_the_manifest(data, env, tmp_path, repo_root):
+    path, passages, teacher, prompts = data
+    with open(path, "a", encoding="utf-8") as f:
+        f.write(json.dumps({"id": "blank", "title": "T", "section": "", "text": " "}) + "\n")
+    server = FakeChatServer({p: json.dumps(t) for p, t in zip(prompts, teacher)})
+    try:
+        cfg = _cfg(server, tmp_path / "cache", repo_root, on_error="skip")
+        out = generate_propositions(path, cfg, tmp_path / "a" / "p.jsonl")
+    finally:
+        server.close()
+    assert [r["id"] for r in _read_rows(out)] == [p["id"] for p in passages]
+    skipped = json.loads(manifest_path(out).read_text())["skipped"]
+    assert skipped["total"] == 1 and skipped["by_field"] == {"text": 1}
+    assert f"{path}:7" in skipped["examples"][0]

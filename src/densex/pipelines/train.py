@@ -88,8 +88,11 @@ def build_loggers(cfg: DictConfig) -> list[Any]:
             loggers.append(instantiate(node))
             continue
         mode = os.environ.get("WANDB_MODE")
-        offline = mode in ("offline", "dryrun") if mode else wandb_offline(node.get("offline"))
-        extra: dict[str, Any] = {"offline": offline}
+        mode = "offline" if mode == "dryrun" else mode
+        offline = mode == "offline" if mode else wandb_offline(node.get("offline"))
+        # the mode goes to wandb.init explicitly: W&B reads WANDB_MODE only once per process
+        # (so Lightning's offline switch, setting it late, can come too late)
+        extra: dict[str, Any] = {"offline": offline, "mode": "offline" if offline else mode}
         if offline and node.get("log_model"):
             log.warning("W&B runs offline: logger.wandb.log_model ignored (no uploads offline)")
             extra["log_model"] = False

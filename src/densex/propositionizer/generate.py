@@ -2,11 +2,16 @@
 
 `generate_propositions` is what `index.py granularity=proposition propositionizer=model`
 calls. The model path runs Lightning `Trainer.predict`: each predict batch is one *shard* of
-passages, generated greedily in length-sorted micro-batches (bf16 on GPU) and written
+passages, generated greedily in length-sorted micro-batches and written
 atomically by a `BasePredictionWriter`, so an interrupted run resumes at the first missing
 shard and several devices (ddp / ddp_spawn) split the shards between them. Shards keep the
 raw text; parsing and fallbacks (`parse.py`) happen when the shards are merged into the
 standard propositions file `{"id", "propositions"}` + `manifest.json` beside it.
+
+The propositionizer's own `dtype` (auto = bfloat16 on a bf16 GPU, else float32) is the one the
+weights are loaded and run in, whatever the trainer's `precision` says (the Trainer is built
+with `32-true`, so no autocast ever changes it); the effective dtype is in the shard key and
+the manifest. A hub id is fingerprinted by its resolved commit (see `_model_fingerprint`).
 """
 
 from __future__ import annotations
@@ -33,13 +38,14 @@ from densex.propositionizer.parse import (
 from densex.utils.cache import content_key, hash_file
 from densex.utils.io import DataError, read_jsonl, write_jsonl, write_manifest
 from densex.utils.logging import get_logger
-from densex.utils.models import resolve_model
+from densex.utils.models import resolve_dtype, resolve_model
 from densex.utils.trainer import predict_trainer
 
 log = get_logger(__name__)
 
 __all__ = [
     "PropositionGenerator",
+    "cfg_get",
     "PropositionShardWriter",
     "generate_propositions",
     "manifest_path",
@@ -49,6 +55,7 @@ __all__ = [
 ]
 
 SHARD_NAME = "shard-{:05d}.jsonl"
+_NO_SKIPS = {"total": 0, "by_field": {}, "examples": []}
 
 
 def passage_source(passage: Mapping[str, Any]) -> str:
@@ -63,7 +70,8 @@ def manifest_path(out_path: str | os.PathLike) -> Path:
     return Path(out_path).parent / "manifest.json"
 
 
-def _get(cfg: Any, name: str, default: Any = None) -> Any:
+def cfg_get(cfg: Any, name: str, default: Any = None) -> Any:
+    """`cfg[name]` from a dict or a Hydra node (None or missing: `default`)."""
     value = cfg.get(name, default) if cfg is not None else default
     return default if value is None else value
 
@@ -147,23 +155,13 @@ class PropositionGenerator(pl.LightningModule):
 
         self.tokenizer = AutoTokenizer.from_pretrained(self.model_name_or_path)
         self.tokenizer.model_max_length = self.max_source_length
-        self.model = AutoModelForSeq2SeqLM.from_pretrained(self.model_name_or_path)
+        # loaded directly in an explicit dtype; `auto` waits for the device (on_predict_start)
+        dtype = torch.float32 if self.dtype_name == "auto" else resolve_dtype(self.dtype_name)
+        self.model = AutoModelForSeq2SeqLM.from_pretrained(self.model_name_or_path, dtype=dtype)
         self.model.eval()
 
     def on_predict_start(self) -> None:
-        dtype = {
-            "float32": torch.float32,
-            "bfloat16": torch.bfloat16,
-            "float16": torch.float16,
-        }.get(self.dtype_name)
-        if self.dtype_name == "auto":
-            on_gpu = self.device.type == "cuda" and torch.cuda.is_bf16_supported()
-            dtype = torch.bfloat16 if on_gpu else torch.float32
-        if dtype is None:
-            raise ValueError(
-                f"dtype must be auto|float32|bfloat16|float16, got {self.dtype_name!r}"
-            )
-        self.model.to(dtype)
+        self.model.to(resolve_dtype(self.dtype_name, self.device))
 
     def predict_dataloader(self) -> DataLoader:
         rank, world = self.trainer.global_rank, self.trainer.world_size
@@ -179,7 +177,7 @@ class PropositionGenerator(pl.LightningModule):
         order = sorted(range(len(sources)), key=lambda i: -lengths[i])
         texts: list[str] = [""] * len(sources)
         cut: list[bool] = [False] * len(sources)
-        eos, pad = self.tokenizer.eos_token_id, self.tokenizer.pad_token_id
+        eos = _eos_ids(self.model, self.tokenizer)
         for b in range(0, len(order), self.batch_size):
             idx = order[b : b + self.batch_size]
             enc = self.tokenizer(
@@ -189,15 +187,40 @@ class PropositionGenerator(pl.LightningModule):
                 **enc, max_new_tokens=self.max_new_tokens, num_beams=self.num_beams, do_sample=False
             )
             decoded = self.tokenizer.batch_decode(out, skip_special_tokens=True)
+            hit = _hit_max_new_tokens(out, eos, self.max_new_tokens)
             for row, i in enumerate(idx):
-                tokens = out[row][out[row] != pad]
                 texts[i] = decoded[row]
-                cut[i] = len(tokens) >= self.max_new_tokens and (eos not in tokens.tolist())
+                cut[i] = hit[row]
         return texts, cut
 
     def predict_step(self, batch: Mapping[str, Any], batch_idx: int) -> dict[str, Any]:
         texts, cut = self.generate(batch["sources"])
         return {"shard": batch["shard"], "ids": batch["ids"], "raw": texts, "cut": cut}
+
+
+def _eos_ids(model: Any, tokenizer: Any) -> set[int]:
+    """Every token id that ends a generation: the generation config's (an int or a list) and
+    the tokenizer's."""
+    ids: set[int] = set()
+    for value in (getattr(model.generation_config, "eos_token_id", None), tokenizer.eos_token_id):
+        if isinstance(value, int):
+            ids.add(value)
+        elif value is not None:
+            ids.update(int(v) for v in value)
+    return ids
+
+
+def _hit_max_new_tokens(out: torch.Tensor, eos: set[int], max_new_tokens: int) -> list[bool]:
+    """Per row of a seq2seq `generate` output: were `max_new_tokens` tokens generated with no
+    end-of-sequence among them (a likely cut-off)? Column 0 is the decoder start token, which is
+    not generated and may be anything (T5: pad; BART: eos), so it is left out; a row that ended
+    early has an eos (and then padding), a row without one ran to the full generated width."""
+    generated = out[:, 1:]
+    ended = torch.zeros(generated.shape[0], dtype=torch.bool, device=generated.device)
+    for token in eos:
+        ended |= (generated == token).any(dim=1)
+    full = generated.shape[1] >= max_new_tokens
+    return [bool(full and not e) for e in ended.tolist()]
 
 
 def _only(batch: list[Any]) -> Any:
@@ -222,16 +245,43 @@ class PropositionShardWriter(BasePredictionWriter):
         write_jsonl(self.shard_dir / SHARD_NAME.format(prediction["shard"]), rows)
 
 
-def _model_fingerprint(model: str) -> dict[str, Any]:
+def hub_commit(repo_id: str, cache_dir: str | os.PathLike | None = None) -> str | None:
+    """The commit a hub id resolves to now, as `from_pretrained` will load it: the snapshot
+    directory of its `config.json` (online: the hub's current main, the config fetched into
+    the cache as transformers would; offline: the cached `refs/main`). None when it cannot be
+    known (offline and not cached, no such repo): the model then fails to load anyway."""
+    try:
+        from huggingface_hub import hf_hub_download
+
+        path = Path(hf_hub_download(repo_id, "config.json", cache_dir=cache_dir))
+    except Exception as e:  # offline and uncached, unknown repo, no network
+        log.warning("cannot resolve the commit of %s (%s); keyed by its id only", repo_id, e)
+        return None
+    return path.parent.name if path.parent.parent.name == "snapshots" else None
+
+
+def _model_fingerprint(model: str, cache_dir: str | os.PathLike | None = None) -> dict[str, Any]:
     """A local checkpoint is identified by its files' names, sizes and mtimes (hashing GBs of
-    weights on every run would cost more than it protects); a hub id by itself."""
+    weights on every run would cost more than it protects); a hub id by its id and the commit
+    it resolves to (`hub_commit`), so a new upload on the hub never reuses old shards. A commit
+    that cannot be resolved is recorded as None (documented limitation: the id alone)."""
     p = Path(model)
     if p.is_dir():
         files = sorted(
             (f.name, f.stat().st_size, f.stat().st_mtime_ns) for f in p.iterdir() if f.is_file()
         )
         return {"path": str(p), "files": files}
-    return {"hub_id": model}
+    return {"hub_id": model, "commit": hub_commit(model, cache_dir)}
+
+
+def effective_dtype(name: str, trainer_cfg: Any = None) -> str:
+    """The dtype generation runs in: `float32|bfloat16|float16`, with `auto` resolved for the
+    trainer's accelerator (bfloat16 on a bf16 CUDA GPU, float32 on CPU and elsewhere)."""
+    accel = str(cfg_get(trainer_cfg, "accelerator", "auto")).lower()
+    device = "cuda" if accel in ("auto", "gpu", "cuda") else "cpu"
+    if device == "cuda" and not torch.cuda.is_available():
+        device = "cpu"
+    return str(resolve_dtype(name, device)).removeprefix("torch.")
 
 
 def _read_shard(path: Path, ids: Sequence[str]) -> list[dict[str, Any]] | None:
@@ -250,24 +300,32 @@ def _read_shard(path: Path, ids: Sequence[str]) -> list[dict[str, Any]] | None:
 
 
 def _generate_with_model(
-    passages: list[dict[str, Any]], passages_path: Path, cfg: Any, out_path: Path, trainer_cfg: Any
+    passages: list[dict[str, Any]],
+    passages_path: Path,
+    cfg: Any,
+    out_path: Path,
+    trainer_cfg: Any,
+    skipped: Mapping[str, Any] | None = None,
 ) -> Path:
-    model = resolve_model(str(_get(cfg, "model")))
+    model = resolve_model(str(cfg_get(cfg, "model")))
+    dtype_requested = str(cfg_get(cfg, "dtype", "auto"))
     settings = {
-        "batch_size": int(_get(cfg, "batch_size", 8)),
-        "max_source_length": int(_get(cfg, "max_source_length", 512)),
-        "max_new_tokens": int(_get(cfg, "max_new_tokens", 512)),
-        "num_beams": int(_get(cfg, "num_beams", 1)),
-        "dtype": str(_get(cfg, "dtype", "auto")),
+        "batch_size": int(cfg_get(cfg, "batch_size", 8)),
+        "max_source_length": int(cfg_get(cfg, "max_source_length", 512)),
+        "max_new_tokens": int(cfg_get(cfg, "max_new_tokens", 512)),
+        "num_beams": int(cfg_get(cfg, "num_beams", 1)),
+        # the dtype actually used (never the trainer's precision: see the module docstring)
+        "dtype": effective_dtype(dtype_requested, trainer_cfg),
     }
-    shard_size = int(_get(cfg, "shard_size", 256))
+    shard_size = int(cfg_get(cfg, "shard_size", 256))
     if shard_size < 1:
         raise ValueError(f"shard_size must be >= 1, got {shard_size}")
     passages_sha = hash_file(passages_path)
     # batch_size and dtype do not change greedy outputs in principle, but bf16 vs fp32 can flip
     # near-ties; keep dtype in the key, leave batch_size out so a resume may change it.
+    fingerprint = _model_fingerprint(model)
     key = content_key(
-        model=_model_fingerprint(model),
+        model=fingerprint,
         passages=passages_sha,
         shard_size=shard_size,
         **{k: v for k, v in settings.items() if k != "batch_size"},
@@ -297,7 +355,11 @@ def _generate_with_model(
     t0 = time.perf_counter()
     if pending:
         module = PropositionGenerator(model, pending, **settings)
-        trainer = predict_trainer(trainer_cfg, callbacks=[PropositionShardWriter(shard_dir)])
+        # 32-true: the weights' own dtype decides; the trainer's `precision: auto` would
+        # otherwise wrap predict_step in bf16 autocast behind the manifest's back
+        trainer = predict_trainer(
+            trainer_cfg, callbacks=[PropositionShardWriter(shard_dir)], precision="32-true"
+        )
         trainer.predict(module, return_predictions=False)
         trainer.strategy.barrier("propositions-shards")  # every rank's shards are on disk
         if not trainer.is_global_zero:  # ddp (not spawn): rank 0 merges
@@ -315,12 +377,14 @@ def _generate_with_model(
         passages,
         raws,
         out_path,
-        fallback=str(_get(cfg, "fallback", "sentences")),
-        spacy_model=_get(cfg, "spacy_model", "en_core_web_lg"),
+        fallback=str(cfg_get(cfg, "fallback", "sentences")),
+        spacy_model=cfg_get(cfg, "spacy_model", "en_core_web_lg"),
         type="model",
         model=model,
+        model_commit=fingerprint.get("commit"),
         settings={
             **settings,
+            "dtype_requested": dtype_requested,
             "shard_size": shard_size,
             "decoding": "greedy" if settings["num_beams"] == 1 else "beam",
         },
@@ -333,6 +397,7 @@ def _generate_with_model(
             "reused": len(shards) - len(pending),
         },
         hit_max_new_tokens=cut,
+        skipped=dict(skipped or _NO_SKIPS),
         generation_seconds=round(seconds, 3),
     )
     return out_path
@@ -351,15 +416,16 @@ def generate_propositions(
     `trainer_cfg` (the project's `trainer` config) sets devices/strategy for `model`.
     """
     passages_path, out_path = Path(passages_path), Path(out_path)
-    kind = str(_get(propositionizer_cfg, "type", "model"))
-    fallback = str(_get(propositionizer_cfg, "fallback", "sentences"))
+    kind = str(cfg_get(propositionizer_cfg, "type", "model"))
+    fallback = str(cfg_get(propositionizer_cfg, "fallback", "sentences"))
     if fallback not in FALLBACK_MODES:
         raise ValueError(
             f"propositionizer.fallback must be one of {FALLBACK_MODES}, got {fallback!r}"
         )
     # the corpus reader: unique non-empty string ids, non-empty text, errors located by
-    # file:line:field; `on_error: skip` (default raise) drops such rows with a count in the log
-    skips = Skips(str(_get(propositionizer_cfg, "on_error", "raise")))
+    # file:line:field; `on_error: skip` (default raise) drops such rows, counted (by field, with
+    # the first few errors) in the log and the manifest's `skipped`
+    skips = Skips(str(cfg_get(propositionizer_cfg, "on_error", "raise")))
     passages = read_passages(passages_path, skips)
     if skips.total:
         log.warning(
@@ -367,12 +433,14 @@ def generate_propositions(
         )
     if kind == "model":
         return _generate_with_model(
-            passages, passages_path, propositionizer_cfg, out_path, trainer_cfg
+            passages, passages_path, propositionizer_cfg, out_path, trainer_cfg, skips.summary()
         )
     if kind == "teacher":
         from densex.propositionizer.teacher import generate_with_teacher
 
-        return generate_with_teacher(passages, passages_path, propositionizer_cfg, out_path)
+        return generate_with_teacher(
+            passages, passages_path, propositionizer_cfg, out_path, skipped=skips.summary()
+        )
     raise ValueError(
         f"propositionizer.type={kind!r} cannot generate; expected 'model' or 'teacher' "
         "('file' reads an existing propositions file and needs no generation)"

@@ -2,17 +2,22 @@
 
 The paper prompts GPT-4 with its Figure 8 prompt (`conf/prompts/figure8.txt`) one passage at
 a time; the same code serves OpenAI, a vLLM/TGI server (Mixtral, Yi, Qwen) or Anthropic's
-OpenAI-compatible endpoint, chosen by `base_url` + `model`. Every reply is cached on disk under
-sha256(model, prompt-template hash, temperature + max_tokens, passage source), so a rerun or a
-resumed run costs nothing;
-the retry policy (exponential back-off with jitter on 429/5xx/timeouts) is ours, not the
-client's, so it is explicit and testable. The API key is read from the environment variable
-named by `api_key_env` and is never logged, cached or written to the manifest.
+OpenAI-compatible endpoint, chosen by `base_url` + `model`. Every good reply is cached on disk
+under sha256(endpoint, model, prompt-template hash, temperature + max_tokens, passage source),
+so a rerun or a resumed run costs nothing. The endpoint is `cache_namespace` when set, else the
+redacted `base_url` (scheme, host, port, path: two TGI servers both called with `model="tgi"`
+never share replies). A bad reply (no choices, empty content, a finish reason other than
+`ok_finish_reasons`, e.g. `content_filter`) is retried like a 5xx and never cached; if every
+attempt is bad the passage falls back (counted in the manifest) and the next run asks again.
+The retry policy (exponential back-off with jitter on 429/5xx/timeouts/bad replies) is ours,
+not the client's, so it is explicit and testable. The API key is read from the environment
+variable named by `api_key_env` and is never logged, cached or written to the manifest.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import json
 import os
@@ -20,6 +25,7 @@ import random
 import re
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
@@ -27,7 +33,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-from densex.propositionizer.generate import _get, passage_source, write_propositions
+from densex.propositionizer.generate import cfg_get, passage_source, write_propositions
 from densex.utils.cache import hash_file
 from densex.utils.io import DataError, read_json, write_json
 from densex.utils.logging import get_logger
@@ -38,6 +44,9 @@ __all__ = ["Teacher", "TeacherError", "TeacherReply", "fill_prompt", "generate_w
 
 _SLOT = re.compile(r"\{(title|section|text)\}")
 _RETRY_STATUS = {408, 409, 429}
+# finish reasons of a complete (cacheable) reply: OpenAI's stop/length and TGI's synonyms
+OK_FINISH_REASONS = ("stop", "length", "eos_token", "stop_sequence")
+OPENAI_BASE_URL = "https://api.openai.com/v1"
 
 
 class TeacherError(RuntimeError):
@@ -85,6 +94,14 @@ def _redact_url(url: str | None) -> str | None:
     return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
 
 
+def endpoint_id(base_url: str | None) -> str:
+    """The endpoint a reply came from, for the cache key: the redacted URL (no credentials,
+    no query, no trailing slash); None is what the openai client then uses (`OPENAI_BASE_URL`,
+    else the OpenAI API)."""
+    url = base_url or os.environ.get("OPENAI_BASE_URL") or OPENAI_BASE_URL
+    return (_redact_url(url) or "").rstrip("/")
+
+
 @dataclass(frozen=True)
 class TeacherReply:
     content: str
@@ -92,6 +109,7 @@ class TeacherReply:
     completion_tokens: int = 0
     finish_reason: str | None = None
     cached: bool = False
+    bad: str | None = None  # why the reply is unusable (never cached), e.g. "empty content"
 
 
 class Teacher:
@@ -115,9 +133,14 @@ class Teacher:
         price_completion_per_1m: float = 0.0,
         sleep: Callable[[float], None] = time.sleep,
         seed: int | None = None,
+        cache_namespace: str | None = None,
+        ok_finish_reasons: Sequence[str | None] = OK_FINISH_REASONS,
     ):
         self.model = model
         self.base_url = base_url
+        # what separates cache entries of different servers serving the same model name
+        self.namespace = str(cache_namespace) if cache_namespace else endpoint_id(base_url)
+        self.ok_finish_reasons = frozenset(ok_finish_reasons)
         self.api_key_env = api_key_env
         self.prompt_path = Path(prompt_path) if prompt_path else default_prompt_path()
         self.template = load_template(self.prompt_path)
@@ -133,7 +156,14 @@ class Teacher:
         self._rng = random.Random(seed)
         self._lock = threading.Lock()
         self._client = None
-        self.counts = {"requests": 0, "retries": 0, "api_replies": 0, "cache_hits": 0}
+        self.counts = {
+            "requests": 0,
+            "retries": 0,
+            "api_replies": 0,
+            "cache_hits": 0,
+            "bad_replies": 0,  # replies retried or given up on (empty, filtered, no choices)
+            "bad_final": 0,  # passages whose every attempt was bad: fallback, not cached
+        }
 
     # -- client -------------------------------------------------------------------------
     def client(self):
@@ -167,7 +197,7 @@ class Teacher:
 
     def cache_key(self, source: str) -> str:
         blob = json.dumps(
-            [self.model, self.template_sha256, self.generation, source],
+            [self.namespace, self.model, self.template_sha256, self.generation, source],
             ensure_ascii=False,
             sort_keys=True,
         )
@@ -198,6 +228,7 @@ class Teacher:
         write_json(
             self._cache_path(key),
             {
+                "endpoint": self.namespace,
                 "model": self.model,
                 "template_sha256": self.template_sha256,
                 "generation": self.generation,
@@ -223,6 +254,28 @@ class Teacher:
             with contextlib.suppress(ValueError):
                 d = max(d, min(self.backoff_max, float(retry_after)))
         return d
+
+    def _check(self, resp: Any) -> tuple[TeacherReply, str | None]:
+        """The reply in `resp` and why it is unusable (None when it is fine)."""
+        choices = getattr(resp, "choices", None)
+        choice = choices[0] if choices else None
+        message = getattr(choice, "message", None)
+        content = getattr(message, "content", None) or ""
+        finish = getattr(choice, "finish_reason", None)
+        usage = getattr(resp, "usage", None)
+        reply = TeacherReply(
+            content,
+            int(getattr(usage, "prompt_tokens", 0) or 0),
+            int(getattr(usage, "completion_tokens", 0) or 0),
+            finish,
+        )
+        if choice is None:
+            return reply, "no choices"
+        if not content.strip():
+            return reply, "empty content"
+        if finish not in self.ok_finish_reasons:
+            return reply, f"finish_reason={finish!r}"
+        return reply, None
 
     def _complete(self, prompt: str) -> TeacherReply:
         import openai
@@ -251,21 +304,34 @@ class Teacher:
                     self.counts["retries"] += 1
                 self._sleep(delay)
                 continue
-            choice = resp.choices[0] if resp.choices else None
-            content = (choice.message.content if choice and choice.message else None) or ""
-            usage = resp.usage
+            reply, bad = self._check(resp)
             with self._lock:
                 self.counts["api_replies"] += 1
-            return TeacherReply(
-                content,
-                int(getattr(usage, "prompt_tokens", 0) or 0),
-                int(getattr(usage, "completion_tokens", 0) or 0),
-                choice.finish_reason if choice else None,
+                self.counts["bad_replies"] += bad is not None
+            if bad is None:
+                return reply
+            if attempt == self.max_retries:
+                log.warning(
+                    "%s: bad reply (%s) after %d attempts; the passage falls back, uncached",
+                    self.model,
+                    bad,
+                    attempt + 1,
+                )
+                with self._lock:
+                    self.counts["bad_final"] += 1
+                return dataclasses.replace(reply, bad=bad)
+            delay = self._delay(attempt, ValueError(bad))
+            log.warning(
+                "bad reply (%s); retry %d/%d in %.2fs", bad, attempt + 1, self.max_retries, delay
             )
+            with self._lock:
+                self.counts["retries"] += 1
+            self._sleep(delay)
         raise AssertionError("unreachable")  # pragma: no cover
 
     def reply(self, passage: Mapping[str, Any]) -> TeacherReply:
-        """The teacher's reply for one passage: from the cache, else from the API (then cached)."""
+        """The teacher's reply for one passage: from the cache, else from the API (then cached,
+        unless it is bad: see `_check`)."""
         source = passage_source(passage)
         key = self.cache_key(source)
         hit = self._cached(key)
@@ -274,7 +340,8 @@ class Teacher:
                 self.counts["cache_hits"] += 1
             return hit
         reply = self._complete(fill_prompt(self.template, passage))
-        self._store(key, source, reply)
+        if reply.bad is None:
+            self._store(key, source, reply)
         return reply
 
     def replies(self, passages: Sequence[Mapping[str, Any]]) -> list[TeacherReply]:
@@ -303,25 +370,27 @@ class Teacher:
 
 
 def teacher_from_config(cfg: Any, default_cache_dir: str | os.PathLike) -> Teacher:
-    prices = _get(cfg, "prices", {}) or {}
-    if _get(cfg, "model") is None:
+    prices = cfg_get(cfg, "prices", {}) or {}
+    if cfg_get(cfg, "model") is None:
         raise ValueError("propositionizer.model (the teacher's model name) is required")
     return Teacher(
-        model=str(_get(cfg, "model")),
-        base_url=_get(cfg, "base_url"),
+        model=str(cfg_get(cfg, "model")),
+        base_url=cfg_get(cfg, "base_url"),
         api_key_env=cfg.get("api_key_env", "OPENAI_API_KEY"),
-        prompt_path=_get(cfg, "prompt"),
-        cache_dir=_get(cfg, "cache_dir", default_cache_dir),
-        max_concurrency=int(_get(cfg, "max_concurrency", 8)),
-        max_retries=int(_get(cfg, "max_retries", 6)),
-        backoff_base=float(_get(cfg, "backoff_base", 1.0)),
-        backoff_max=float(_get(cfg, "backoff_max", 60.0)),
-        timeout=float(_get(cfg, "timeout", 120.0)),
-        temperature=float(_get(cfg, "temperature", 0.0)),
-        max_tokens=int(_get(cfg, "max_tokens", 1024)),
+        prompt_path=cfg_get(cfg, "prompt"),
+        cache_dir=cfg_get(cfg, "cache_dir", default_cache_dir),
+        max_concurrency=int(cfg_get(cfg, "max_concurrency", 8)),
+        max_retries=int(cfg_get(cfg, "max_retries", 6)),
+        backoff_base=float(cfg_get(cfg, "backoff_base", 1.0)),
+        backoff_max=float(cfg_get(cfg, "backoff_max", 60.0)),
+        timeout=float(cfg_get(cfg, "timeout", 120.0)),
+        temperature=float(cfg_get(cfg, "temperature", 0.0)),
+        max_tokens=int(cfg_get(cfg, "max_tokens", 1024)),
         price_prompt_per_1m=float(prices.get("prompt_per_1m", 0.0) or 0.0),
         price_completion_per_1m=float(prices.get("completion_per_1m", 0.0) or 0.0),
-        seed=_get(cfg, "seed"),
+        seed=cfg_get(cfg, "seed"),
+        cache_namespace=cfg_get(cfg, "cache_namespace"),
+        ok_finish_reasons=tuple(cfg_get(cfg, "ok_finish_reasons", OK_FINISH_REASONS)),
     )
 
 
@@ -330,8 +399,10 @@ def generate_with_teacher(
     passages_path: str | os.PathLike,
     cfg: Any,
     out_path: str | os.PathLike,
+    skipped: Mapping[str, Any] | None = None,
 ) -> Path:
-    """Ask the teacher about every passage and write the standard propositions file + manifest."""
+    """Ask the teacher about every passage and write the standard propositions file + manifest
+    (`skipped`: the passage reader's `Skips.summary()`, recorded as is)."""
     out_path = Path(out_path)
     teacher = teacher_from_config(cfg, default_cache_dir=out_path.parent / "teacher_cache")
     t0 = time.perf_counter()
@@ -342,13 +413,14 @@ def generate_with_teacher(
     all_p, all_c = sum(r.prompt_tokens for r in replies), sum(r.completion_tokens for r in replies)
     write_propositions(
         passages,
-        [r.content for r in replies],
+        [r.content if r.bad is None else None for r in replies],  # bad: the fallback
         out_path,
-        fallback=str(_get(cfg, "fallback", "sentences")),
-        spacy_model=_get(cfg, "spacy_model", "en_core_web_lg"),
+        fallback=str(cfg_get(cfg, "fallback", "sentences")),
+        spacy_model=cfg_get(cfg, "spacy_model", "en_core_web_lg"),
         type="teacher",
         model=teacher.model,
         base_url=_redact_url(teacher.base_url),
+        cache_namespace=teacher.namespace,
         api_key_env=teacher.api_key_env,
         prompt={"path": str(teacher.prompt_path), "sha256": teacher.template_sha256},
         settings={
@@ -362,6 +434,11 @@ def generate_with_teacher(
         cache_dir=str(teacher.cache_dir),
         requests=dict(teacher.counts),
         hit_max_tokens=sum(r.finish_reason == "length" for r in replies),
+        bad_replies={
+            "final": sum(r.bad is not None for r in replies),
+            "reasons": dict(Counter(r.bad for r in replies if r.bad is not None)),
+        },
+        skipped=dict(skipped or {"total": 0, "by_field": {}, "examples": []}),
         tokens={"prompt": new_p, "completion": new_c},
         cost_usd=round(teacher.cost(new_p, new_c), 6),
         tokens_including_cache={"prompt": all_p, "completion": all_c},
