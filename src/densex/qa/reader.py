@@ -11,10 +11,7 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
-import tempfile
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 from densex.utils.logging import get_logger
@@ -128,20 +125,9 @@ class Reader:
 
 def tiny_reader(out_dir: str | os.PathLike, **kwargs: Any) -> Reader:
     """A `Reader` over a tiny random T5 built once in `out_dir` (tests and CPU smoke runs)."""
-    from densex.utils.tiny_t5 import build_tiny_t5
+    from densex.utils.tiny_t5 import ensure_tiny_t5
 
-    out = Path(out_dir)
-    if not (out / "config.json").exists():
-        out.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
-        try:
-            build_tiny_t5(tmp)
-            os.replace(tmp, out)  # concurrent jobs: the first rename wins
-        except OSError:
-            if not (out / "config.json").exists():
-                raise
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
+    out = ensure_tiny_t5(out_dir)  # built once, atomically (concurrent jobs: first one wins)
     kwargs.setdefault("name", "tiny")
     return Reader(model=str(out), **kwargs)
 
