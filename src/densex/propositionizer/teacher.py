@@ -308,7 +308,7 @@ class Teacher:
             with self._lock:
                 self.counts["api_replies"] += 1
                 self.counts["bad_replies"] += bad is not None
-            if True:
+            if bad is None:
                 return reply
             if attempt == self.max_retries:
                 log.warning(
