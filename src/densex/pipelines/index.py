@@ -52,7 +52,7 @@ def propositions_key(cfg: DictConfig, passages_path: Path) -> str:
     """Cache key of generated propositions: the passages, the settings, and the content behind
     them that a path string hides: the model checkpoint's files (the fingerprint
     `generate.py` keys its shards with) and the teacher's prompt template (sha256)."""
-    from densex.propositionizer.generate import _model_fingerprint
+    from densex.propositionizer.generate import _model_fingerprint, effective_dtype
     from densex.utils.models import resolve_model
 
     settings = OmegaConf.to_container(cfg.propositionizer, resolve=True)
@@ -60,6 +60,8 @@ def propositions_key(cfg: DictConfig, passages_path: Path) -> str:
     content: dict[str, Any] = {}
     if ptype == "model" and settings.get("model") not in (None, "???"):
         content["model"] = _model_fingerprint(resolve_model(str(settings["model"])))
+        # `auto` means bf16 on a GPU and fp32 on CPU: key by what generation really runs in
+        content["dtype"] = effective_dtype(str(settings.get("dtype", "auto")), cfg.get("trainer"))
     if ptype == "teacher" or settings.get("prompt"):
         prompt = settings.get("prompt")
         if not prompt:
