@@ -380,6 +380,8 @@ def test_best_checkpoint_score_under_ddp_spawn(tmp_path):
     """The real launcher: two spawned CPU processes; the main process gets no score back."""
     from pytorch_lightning.callbacks import ModelCheckpoint
 
+    from densex.utils.trainer import CloseSpawnedProcessGroup
+
     data = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.randn(4, 2)))
     last = ModelCheckpoint(dirpath=tmp_path, filename="last", monitor=None)
     best = ModelCheckpoint(dirpath=tmp_path, filename="e{epoch}", monitor="val/set_f1", mode="max")
@@ -388,7 +390,7 @@ def test_best_checkpoint_score_under_ddp_spawn(tmp_path):
         devices=2,
         strategy="ddp_spawn",
         max_epochs=3,
-        callbacks=[last, best],
+        callbacks=[last, best, CloseSpawnedProcessGroup()],  # as pipelines/train.py adds it
         logger=False,
         enable_progress_bar=False,
         enable_model_summary=False,

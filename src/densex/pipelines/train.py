@@ -16,6 +16,7 @@ from omegaconf import DictConfig, OmegaConf
 from densex.utils.io import write_json
 from densex.utils.logging import get_logger
 from densex.utils.models import resolve_precision
+from densex.utils.trainer import CloseSpawnedProcessGroup
 
 log = get_logger(__name__)
 
@@ -227,7 +228,8 @@ def run(cfg: DictConfig) -> float:
 
     if torch.cuda.is_available():
         torch.set_float32_matmul_precision("high")
-    callbacks = _instantiate_all(cfg.get("callbacks"))
+    # a spawned worker must close its process group or it may abort at exit (see the callback)
+    callbacks = [*_instantiate_all(cfg.get("callbacks")), CloseSpawnedProcessGroup()]
     loggers = build_loggers(cfg)
     trainer: pl.Trainer = instantiate(
         cfg.trainer,
