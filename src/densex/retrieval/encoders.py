@@ -239,10 +239,14 @@ class DenseRetriever:
         self.device = torch.device(spec.device or _default_device())
 
     @property
+    def _one_model(self) -> bool:
+        """Queries and units go through the same checkpoint (all but DPR and ANCE)."""
+        return self.spec.doc_model is None or self.spec.doc_model == self.spec.query_model
+
+    @property
     def query_encoder(self) -> TextEncoder:
         if self._query is None:
-            shared = self.spec.doc_model is None or self.spec.doc_model == self.spec.query_model
-            if shared and self._doc is not None:
+            if self._one_model and self._doc is not None:
                 self._query = _share(self._doc, self.spec.query_max_length)
             else:
                 self._query = TextEncoder(
@@ -254,8 +258,7 @@ class DenseRetriever:
     @property
     def doc_encoder(self) -> TextEncoder:
         if self._doc is None:
-            shared = self.spec.doc_model is None or self.spec.doc_model == self.spec.query_model
-            if shared and self._query is not None:
+            if self._one_model and self._query is not None:
                 self._doc = _share(self._query, self.spec.max_length)
             else:
                 self._doc = TextEncoder(

@@ -45,9 +45,7 @@ def resolve_precision(precision: str | int | None) -> str | int | None:
         return precision
     import torch
 
-    if torch.cuda.is_available() and torch.cuda.is_bf16_supported():
-        return "bf16-mixed"
-    return "32-true"
+    return "bf16-mixed" if resolve_dtype("auto") is torch.bfloat16 else "32-true"
 
 
 _DTYPES = {
