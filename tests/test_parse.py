@@ -276,7 +276,7 @@ def test_resolve_and_stats_count_every_path():
     assert [r.reason for r in resolved] == [None, None, "unparseable", "empty"]
     d = stats.as_dict()
     assert d["passages"] == 4 and d["parsed_strict"] == 2 and d["repaired"] == 1
-    assert d["unparseable"] == 1
+    assert d["unparseable"] == 1 and d["parse_rate"] == 0.75
     assert d["parsed_strict"] + d["repaired"] + d["unparseable"] == d["passages"]
     assert d["fallbacks"] == {"sentences": 2} and d["fallback_total"] == 2
     assert d["fallback_reasons"] == {"empty": 1, "unparseable": 1}

@@ -217,11 +217,18 @@ def run(cfg: DictConfig) -> float:
             "no validation pairs: set data.val_fraction > 0, data.val_path or data.val_split"
         )
     name = cfg.model.name_or_path
-    texts = datamodule.texts() if name == "tiny" else ()
-    tiny = OmegaConf.to_container(cfg.model.tiny) if cfg.model.get("tiny") else None
-    model_path = prepare_model_path(name, texts, cfg.paths.cache_dir, tiny=tiny)
+    if cfg.model.get("warm_start"):  # e.g. a bert2bert built from an encoder checkpoint
+        model_path = instantiate(cfg.model.warm_start, cache_dir=cfg.paths.cache_dir)
+    else:
+        texts = datamodule.texts() if name == "tiny" else ()
+        tiny = OmegaConf.to_container(cfg.model.tiny) if cfg.model.get("tiny") else None
+        model_path = prepare_model_path(name, texts, cfg.paths.cache_dir, tiny=tiny)
     module = instantiate(
-        cfg.model, name_or_path=model_path, per_device_batch_size=per_device, _convert_="all"
+        cfg.model,
+        name_or_path=model_path,
+        per_device_batch_size=per_device,
+        warm_start=None,  # already built above
+        _convert_="all",
     )
     datamodule.set_tokenizer(module.tokenizer)
     datamodule.setup("fit")
@@ -231,6 +238,8 @@ def run(cfg: DictConfig) -> float:
     # a spawned worker must close its process group or it may abort at exit (see the callback)
     callbacks = [*_instantiate_all(cfg.get("callbacks")), CloseSpawnedProcessGroup()]
     loggers = build_loggers(cfg)
+    if not loggers:  # logger=none: a learning-rate monitor has nowhere to log (Lightning raises)
+        callbacks = [c for c in callbacks if not isinstance(c, pl.callbacks.LearningRateMonitor)]
     trainer: pl.Trainer = instantiate(
         cfg.trainer,
         callbacks=callbacks,

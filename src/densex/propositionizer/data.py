@@ -23,6 +23,7 @@ import pytorch_lightning as pl
 import torch
 from torch.utils.data import DataLoader, DistributedSampler
 
+from densex.propositionizer.backbone import end_token_id, target_ids, truncate_ids
 from densex.utils.io import DataError, numbered_jsonl
 from densex.utils.logging import get_logger
 
@@ -378,7 +379,8 @@ class PropositionDataModule(pl.LightningDataModule):
     def _encode(self, pairs: Sequence[dict[str, Any]], name: str) -> list[dict[str, Any]]:
         h, tok = self.hparams, self.tokenizer
         src = tok([p["source"] for p in pairs], add_special_tokens=True)["input_ids"]
-        tgt = tok(text_target=[p["target"] for p in pairs], add_special_tokens=True)["input_ids"]
+        tgt = target_ids(tok, [p["target"] for p in pairs])
+        end = end_token_id(tok)
         n_src = sum(len(s) > h.max_source_length for s in src)
         n_tgt = sum(len(t) > h.max_target_length for t in tgt)
         self.stats.update({f"{name}/truncated_sources": n_src, f"{name}/truncated_targets": n_tgt})
@@ -390,8 +392,8 @@ class PropositionDataModule(pl.LightningDataModule):
             )  # fmt: skip
         items = []
         for p, s, t in zip(pairs, src, tgt):
-            s = _truncate(s, h.max_source_length, tok.eos_token_id)
-            t = _truncate(t, h.max_target_length, tok.eos_token_id)
+            s = truncate_ids(s, h.max_source_length, end)
+            t = truncate_ids(t, h.max_target_length, end)
             items.append({"input_ids": s, "labels": t, "id": p["id"], "target": p["target"]})
         return items
 
@@ -482,9 +484,3 @@ class PropositionDataModule(pl.LightningDataModule):
             num_workers=h.num_workers,
         )
 
-
-def _truncate(ids: list[int], max_len: int, eos: int | None) -> list[int]:
-    """Cut to `max_len` tokens keeping the closing </s>, as tokenizers' truncation does."""
-    if len(ids) <= max_len:
-        return ids
-    return ids[: max_len - 1] + [eos] if eos is not None else ids[:max_len]

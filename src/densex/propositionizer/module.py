@@ -54,12 +54,25 @@ def prepare_model_path(
     return str(cached_tiny_t5(cache_dir, texts, **dict(tiny or {})))
 
 
+def set_dropout(model: torch.nn.Module, p: float) -> None:
+    """Every dropout of `model` to `p`: `nn.Dropout` modules and the float rates attention
+    layers keep as attributes (T5Attention.dropout), which `nn.Dropout` alone would miss."""
+    for m in model.modules():
+        if isinstance(m, torch.nn.Dropout):
+            m.p = p
+        elif isinstance(getattr(m, "dropout", None), float):
+            m.dropout = p
+    if hasattr(model.config, "dropout_rate"):
+        model.config.dropout_rate = p
+
+
 class PropositionizerModule(pl.LightningModule):
     """Seq2seq fine-tuning with the paper's optimiser (AdamW, lr 1e-4, weight decay 1e-4).
 
     `batch_size` (effective) and `per_device_batch_size` are recorded here; the pipeline turns
     them into the data loader batch size and `accumulate_grad_batches`. `metric` configures
-    the set-F1 backbone (`SetF1Scorer` arguments).
+    the set-F1 backbone (`SetF1Scorer` arguments). `tiny` and `warm_start` are the build specs
+    the pipeline used to make `name_or_path` (recorded, not used here).
     """
 
     def __init__(
@@ -80,6 +93,7 @@ class PropositionizerModule(pl.LightningModule):
         dropout: float | None = None,
         metric: dict[str, Any] | None = None,
         tiny: dict[str, Any] | None = None,
+        warm_start: dict[str, Any] | None = None,
     ) -> None:
         super().__init__()
         from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
@@ -90,16 +104,13 @@ class PropositionizerModule(pl.LightningModule):
         self.model = AutoModelForSeq2SeqLM.from_pretrained(path).train()
         self.tokenizer = AutoTokenizer.from_pretrained(path, model_max_length=max_source_length)
         if dropout is not None:  # e.g. 0 for overfitting checks; None keeps the model's own
-            for m in self.model.modules():
-                if isinstance(m, torch.nn.Dropout):
-                    m.p = dropout
-            if hasattr(self.model.config, "dropout_rate"):
-                self.model.config.dropout_rate = dropout
+            set_dropout(self.model, dropout)
         if gradient_checkpointing:
             self.model.gradient_checkpointing_enable()
         self.metric_cfg = {**DEFAULT_METRIC, **dict(metric or {})}
         self._scorer: SetF1Scorer | None = None
         self._val_outputs: list[dict[str, Any]] = []
+        self._window_tokens = 0
         self.last_val_predictions: list[dict[str, Any]] = []
 
     # ---- training ----------------------------------------------------------------------------
@@ -107,20 +118,44 @@ class PropositionizerModule(pl.LightningModule):
         return self.model(input_ids=input_ids, attention_mask=attention_mask, labels=labels)
 
     def training_step(self, batch: dict[str, Any], batch_idx: int) -> torch.Tensor:
-        loss = self(batch["input_ids"], batch["attention_mask"], batch["labels"]).loss
+        """Summed token cross-entropy of the micro-batch; `on_before_optimizer_step` divides
+        the accumulated gradient by the window's label-token count over all ranks, so the
+        update is the token-weighted mean whatever the accumulation and world size."""
+        out = self(batch["input_ids"], batch["attention_mask"], batch["labels"])
+        n_tokens = (batch["labels"] != -100).sum()
+        loss_sum = out.loss * n_tokens  # the model's loss is the token mean of this micro-batch
+        self._window_tokens += int(n_tokens)
         n = batch["input_ids"].shape[0]
         self.log(
             "train/loss",
-            loss,
+            out.loss.detach(),
             on_step=True,
             on_epoch=True,
             prog_bar=True,
             batch_size=n,
             sync_dist=True,
         )
-        tokens = batch["attention_mask"].sum() + (batch["labels"] != -100).sum()
+        tokens = batch["attention_mask"].sum() + n_tokens
         self.log("train/tokens", tokens.float(), on_step=True, on_epoch=False, reduce_fx="sum")
-        return loss
+        return loss_sum
+
+    def on_train_epoch_start(self) -> None:
+        self._window_tokens = 0
+
+    def on_before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
+        """Lightning divided each micro-batch's summed loss by `accumulate_grad_batches` and
+        DDP averaged over ranks; rescale to sum-over-all-tokens / all tokens (HF Trainer's
+        `num_items_in_batch` rule). Runs before gradient clipping."""
+        total = torch.tensor(float(self._window_tokens), device=self.device)
+        world = self.trainer.world_size
+        if world > 1 and torch.distributed.is_available() and torch.distributed.is_initialized():
+            torch.distributed.all_reduce(total)
+        scale = self.trainer.accumulate_grad_batches * world / max(float(total), 1.0)
+        for group in optimizer.param_groups:
+            for p in group["params"]:
+                if p.grad is not None:
+                    p.grad.mul_(scale)
+        self._window_tokens = 0
 
     # ---- validation --------------------------------------------------------------------------
     @torch.no_grad()
@@ -152,14 +187,18 @@ class PropositionizerModule(pl.LightningModule):
     def on_validation_epoch_end(self) -> None:
         if self.trainer.sanity_checking or (not self._val_outputs and self.trainer.world_size == 1):
             return
-        # Every rank scores all gathered rows (identical results, so the synced mean is the
-        # rank-0 value): simpler than scoring on rank 0 and broadcasting, at the cost of
-        # duplicated set-F1 work under DDP.
+        # set-F1 is computed once, on rank 0, over all ranks' gathered predictions; the other
+        # ranks receive the numbers (every rank must log the same value for checkpointing)
         outputs = self._gather(self._val_outputs)
-        result = self.score_predictions(outputs)
-        self.log_dict(result.as_dict("val/"), sync_dist=self.trainer.world_size > 1)
-        for row, scores in zip(outputs, result.per_passage):
-            row["set_f1"] = scores["f1"]
+        metrics, per_passage = {}, []
+        if self.trainer.is_global_zero:
+            result = self.score_predictions(outputs)
+            metrics, per_passage = result.as_dict("val/"), [s["f1"] for s in result.per_passage]
+        if self.trainer.world_size > 1:
+            metrics, per_passage = self.trainer.strategy.broadcast((metrics, per_passage), src=0)
+        self.log_dict({k: float(v) for k, v in metrics.items()}, sync_dist=False)
+        for row, f1 in zip(outputs, per_passage):
+            row["set_f1"] = f1
         self.last_val_predictions = outputs
         self._val_outputs = []
 

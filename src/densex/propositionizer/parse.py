@@ -370,6 +370,10 @@ class ParseStats:
             "parsed_strict": self.parsed_strict,
             "repaired": self.repaired,
             "unparseable": self.unparseable,
+            # share of outputs that parsed as a JSON list (strictly or after repair)
+            "parse_rate": (self.parsed_strict + self.repaired) / self.passages
+            if self.passages
+            else 0.0,
             "fallbacks": dict(sorted(self.fallbacks.items())),
             "fallback_total": sum(self.fallbacks.values()),
             "fallback_reasons": dict(sorted(self.fallback_reasons.items())),

@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -38,3 +39,39 @@ def artifact_dir(cache_dir: str | os.PathLike, *names: str, key: str) -> Path:
     """`cache_dir/name1/name2/.../<key>`: readable names for people, the key for correctness."""
     safe = [n.replace("/", "_").replace(os.sep, "_") for n in names]
     return Path(cache_dir).joinpath(*safe, key)
+
+
+def ensure_built_dir(
+    out_dir: str | os.PathLike,
+    build: Callable[[Path], Any],
+    manifest: dict[str, Any] | None = None,
+    marker: str = "config.json",
+) -> Path:
+    """`out_dir`, built once by `build(tmp_dir)` in a temporary sibling and renamed into place.
+
+    A crash never leaves a half-built directory, and concurrent builders agree (the first
+    rename wins, the others discard their copy). A directory holding `marker` counts as built;
+    `manifest` (if given) is written beside the build's files.
+    """
+    import shutil
+    import tempfile
+
+    from densex.utils.io import write_manifest
+
+    out = Path(out_dir)
+    if (out / marker).exists():
+        return out
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    try:
+        build(tmp)
+        if manifest is not None:
+            write_manifest(tmp / "manifest.json", **manifest)
+        try:
+            os.replace(tmp, out)
+        except OSError:  # another process finished first
+            if not (out / marker).exists():
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return out

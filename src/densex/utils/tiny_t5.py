@@ -90,34 +90,12 @@ def ensure_tiny_t5(
     manifest: dict | None = None,
     **spec,
 ) -> Path:
-    """`out_dir` holding a tiny T5 (`build_tiny_t5(texts, **spec)`), built once, atomically.
+    """`out_dir` holding a tiny T5 (`build_tiny_t5(texts, **spec)`), built once, atomically
+    (`densex.utils.cache.ensure_built_dir`); `manifest` (if given) is written beside it."""
+    from densex.utils.cache import ensure_built_dir
 
-    The model is built in a temporary sibling directory and renamed into place, so a crash
-    never leaves a half-written model and concurrent builders agree (the first rename wins;
-    the others discard their copy). `manifest` (if given) is written beside the model.
-    """
-    import shutil
-    import tempfile
-
-    out = Path(out_dir)
-    if (out / "config.json").exists():
-        return out
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
-    try:
-        build_tiny_t5(tmp, texts=texts, **spec)
-        if manifest is not None:
-            from densex.utils.io import write_manifest
-
-            write_manifest(tmp / "manifest.json", **manifest)
-        try:
-            os.replace(tmp, out)
-        except OSError:  # another process finished first
-            if not (out / "config.json").exists():
-                raise
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return out
+    texts = list(texts)
+    return ensure_built_dir(out_dir, lambda tmp: build_tiny_t5(tmp, texts=texts, **spec), manifest)
 
 
 def cached_tiny_t5(cache_dir: str | os.PathLike, texts: Iterable[str] = (), **spec) -> Path:

@@ -1,0 +1,114 @@
+"""What differs between seq2seq backbones, behind one interface.
+
+A propositionizer is any checkpoint `AutoModelForSeq2SeqLM` loads: a (Flan-)T5, or a BERT-style
+`EncoderDecoderModel` warm-started from an encoder checkpoint (`build_bert2bert`). The training
+data (`data.py`), the Lightning module (`module.py`) and generation (`generate.py`) call only
+the functions here for what the two families do differently: how targets are tokenised (T5
+adds `</s>`; BERT adds `[CLS] ... [SEP]`, and the `[CLS]` must not be a label because it is the
+decoder start token), which token ends a sequence (`eos` or `[SEP]`), and whether the tokenizer
+lower-cases (an uncased BERT writes lower-cased propositions).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from densex.utils.logging import get_logger
+from densex.utils.models import resolve_model
+
+log = get_logger(__name__)
+
+
+def end_token_id(tokenizer: Any) -> int | None:
+    """The token that closes a sequence: `eos` (T5, BART), else `[SEP]` (BERT)."""
+    eos = getattr(tokenizer, "eos_token_id", None)
+    return eos if eos is not None else getattr(tokenizer, "sep_token_id", None)
+
+
+def start_token_id(tokenizer: Any) -> int | None:
+    """The token a BERT-style tokenizer puts first (`[CLS]`), None for T5-style ones."""
+    probe = tokenizer("a", add_special_tokens=True)["input_ids"]
+    first = probe[0] if probe else None
+    specials = {getattr(tokenizer, "bos_token_id", None), getattr(tokenizer, "cls_token_id", None)}
+    return first if first is not None and first in specials - {None} else None
+
+
+def target_ids(tokenizer: Any, texts: Sequence[str]) -> list[list[int]]:
+    """Label token ids of `texts`: the tokenizer's own special tokens, minus a leading start
+    token (`[CLS]`), which the model prepends itself as `decoder_start_token_id`."""
+    ids = tokenizer(text_target=list(texts), add_special_tokens=True)["input_ids"]
+    start = start_token_id(tokenizer)
+    if start is None:
+        return ids
+    return [x[1:] if x and x[0] == start else x for x in ids]
+
+
+def truncate_ids(ids: list[int], max_len: int, end: int | None) -> list[int]:
+    """Cut to `max_len` tokens keeping the closing end token, as tokenizers' truncation does."""
+    if len(ids) <= max_len:
+        return ids
+    return ids[: max_len - 1] + [end] if end is not None else ids[:max_len]
+
+
+def lowercases(tokenizer: Any) -> bool:
+    """Whether the tokenizer lower-cases its input (so generated text comes out lower-cased)."""
+    probe = "Ab"
+    return tokenizer.decode(tokenizer(probe, add_special_tokens=False)["input_ids"]) == "ab"
+
+
+def build_bert2bert(
+    out_dir: str | os.PathLike,
+    encoder: str = "packaged:minilm",
+    decoder: str | None = None,
+    decoder_layers: int | None = None,
+    max_length: int = 512,
+    seed: int = 0,
+) -> Path:
+    """Save a transformers `EncoderDecoderModel` warm-started from `encoder` (and `decoder`,
+    default the same checkpoint; its first `decoder_layers` layers) with its tokenizer to
+    `out_dir`. Cross-attention and the LM-head transform are new; the decoder's input and
+    output embeddings are tied. Start/end/pad ids are set in the config and the generation
+    config, so `AutoModelForSeq2SeqLM.from_pretrained(out_dir).generate(...)` works as is."""
+    import torch
+    from transformers import AutoTokenizer, EncoderDecoderModel
+
+    out = Path(out_dir)
+    enc, dec = resolve_model(encoder), resolve_model(decoder or encoder)
+    tok = AutoTokenizer.from_pretrained(enc, model_max_length=max_length)
+    torch.manual_seed(seed)
+    extra = {} if decoder_layers is None else {"decoder_num_hidden_layers": int(decoder_layers)}
+    model = EncoderDecoderModel.from_encoder_decoder_pretrained(enc, dec, **extra)
+    ids = {
+        "decoder_start_token_id": tok.cls_token_id,
+        "bos_token_id": tok.cls_token_id,
+        "eos_token_id": tok.sep_token_id,
+        "pad_token_id": tok.pad_token_id,
+    }
+    for key, value in ids.items():
+        setattr(model.config, key, value)
+        setattr(model.generation_config, key, value)
+    model.config.vocab_size = model.config.decoder.vocab_size
+    model.save_pretrained(out)
+    tok.save_pretrained(out)
+    return out
+
+
+def cached_bert2bert(cache_dir: str | os.PathLike, **spec: Any) -> str:
+    """`build_bert2bert(**spec)` in `<cache_dir>/bert2bert/<key>`, built once, atomically; the
+    key covers the spec and the encoder/decoder weight files, so changed weights rebuild."""
+    from densex.utils.cache import artifact_dir, content_key, ensure_built_dir, hash_file
+
+    weights = {}
+    for role in ("encoder", "decoder"):
+        name = spec.get(role) or spec.get("encoder", "packaged:minilm")
+        path = Path(resolve_model(name))
+        files = sorted(path.glob("*.safetensors")) or sorted(path.glob("*.bin"))
+        weights[role] = [hash_file(f)[:16] for f in files] if path.is_dir() else name
+    key = content_key(spec=spec, weights=weights)
+    out = artifact_dir(cache_dir, "bert2bert", key=key)
+    manifest = {"kind": "bert2bert", "spec": spec, "weights_sha256": weights}
+    built = ensure_built_dir(out, lambda tmp: build_bert2bert(tmp, **spec), manifest)
+    return str(built)
