@@ -53,6 +53,23 @@ def truncate_ids(ids: list[int], max_len: int, end: int | None) -> list[int]:
     return ids[: max_len - 1] + [end] if end is not None else ids[:max_len]
 
 
+def corrupt_decoder_inputs(model: Any, tokenizer: Any, labels: Any, rate: float) -> Any:
+    """Teacher-forcing inputs for `labels` (the model's own right shift) with a share `rate` of
+    them replaced by the mask token (`[MASK]`, else `unk`): "word dropout", which keeps a
+    decoder from learning to ignore its encoder (Bowman et al. 2016). The start token stays."""
+    import torch
+
+    inputs = model.prepare_decoder_input_ids_from_labels(labels=labels)
+    if rate <= 0:
+        return inputs
+    mask_id = (
+        tokenizer.mask_token_id if tokenizer.mask_token_id is not None else tokenizer.unk_token_id
+    )
+    drop = torch.rand(inputs.shape, device=inputs.device) < rate
+    drop[:, 0] = False
+    return inputs.masked_fill(drop, mask_id)
+
+
 def lowercases(tokenizer: Any) -> bool:
     """Whether the tokenizer lower-cases its input (so generated text comes out lower-cased)."""
     probe = "Ab"
@@ -66,12 +83,15 @@ def build_bert2bert(
     decoder_layers: int | None = None,
     max_length: int = 512,
     seed: int = 0,
+    cross_attention_init: str = "random",
 ) -> Path:
     """Save a transformers `EncoderDecoderModel` warm-started from `encoder` (and `decoder`,
     default the same checkpoint; its first `decoder_layers` layers) with its tokenizer to
     `out_dir`. Cross-attention and the LM-head transform are new; the decoder's input and
-    output embeddings are tied. Start/end/pad ids are set in the config and the generation
-    config, so `AutoModelForSeq2SeqLM.from_pretrained(out_dir).generate(...)` works as is."""
+    output embeddings are tied. `cross_attention_init`: `random` (transformers' default) or
+    `self` (each layer's cross-attention starts as a copy of its pretrained self-attention).
+    Start/end/pad ids are set in the config and the generation config, so
+    `AutoModelForSeq2SeqLM.from_pretrained(out_dir).generate(...)` works as is."""
     import torch
     from transformers import AutoTokenizer, EncoderDecoderModel
 
@@ -81,6 +101,10 @@ def build_bert2bert(
     torch.manual_seed(seed)
     extra = {} if decoder_layers is None else {"decoder_num_hidden_layers": int(decoder_layers)}
     model = EncoderDecoderModel.from_encoder_decoder_pretrained(enc, dec, **extra)
+    if cross_attention_init == "self":
+        copy_self_to_cross_attention(model.decoder)
+    elif cross_attention_init != "random":
+        raise ValueError(f"cross_attention_init must be random|self, got {cross_attention_init!r}")
     ids = {
         "decoder_start_token_id": tok.cls_token_id,
         "bos_token_id": tok.cls_token_id,
@@ -94,6 +118,19 @@ def build_bert2bert(
     model.save_pretrained(out)
     tok.save_pretrained(out)
     return out
+
+
+def copy_self_to_cross_attention(decoder: Any) -> int:
+    """Initialise every BERT decoder layer's cross-attention (query/key/value, output projection
+    and LayerNorm) from the same layer's pretrained self-attention; returns the layers done."""
+    import torch
+
+    layers = decoder.bert.encoder.layer
+    with torch.no_grad():
+        for layer in layers:
+            src, dst = layer.attention.state_dict(), layer.crossattention.state_dict()
+            layer.crossattention.load_state_dict({k: src[k].clone() for k in dst})
+    return len(layers)
 
 
 def cached_bert2bert(cache_dir: str | os.PathLike, **spec: Any) -> str:

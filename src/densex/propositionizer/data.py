@@ -483,4 +483,3 @@ class PropositionDataModule(pl.LightningDataModule):
             collate_fn=self._collate,
             num_workers=h.num_workers,
         )
-

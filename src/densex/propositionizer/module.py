@@ -21,6 +21,7 @@ import pytorch_lightning as pl
 import torch
 
 from densex.metrics.set_f1 import SetF1Result, SetF1Scorer
+from densex.propositionizer.backbone import corrupt_decoder_inputs
 from densex.propositionizer.parse import parse_propositions
 from densex.utils.io import write_manifest
 from densex.utils.logging import get_logger
@@ -71,7 +72,8 @@ class PropositionizerModule(pl.LightningModule):
 
     `batch_size` (effective) and `per_device_batch_size` are recorded here; the pipeline turns
     them into the data loader batch size and `accumulate_grad_batches`. `metric` configures
-    the set-F1 backbone (`SetF1Scorer` arguments). `tiny` and `warm_start` are the build specs
+    the set-F1 backbone (`SetF1Scorer` arguments). `decoder_input_dropout` masks that share of
+    the teacher-forced decoder inputs in training (`backbone.corrupt_decoder_inputs`). `tiny` and `warm_start` are the build specs
     the pipeline used to make `name_or_path` (recorded, not used here).
     """
 
@@ -94,6 +96,7 @@ class PropositionizerModule(pl.LightningModule):
         metric: dict[str, Any] | None = None,
         tiny: dict[str, Any] | None = None,
         warm_start: dict[str, Any] | None = None,
+        decoder_input_dropout: float = 0.0,
     ) -> None:
         super().__init__()
         from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
@@ -121,7 +124,17 @@ class PropositionizerModule(pl.LightningModule):
         """Summed token cross-entropy of the micro-batch; `on_before_optimizer_step` divides
         the accumulated gradient by the window's label-token count over all ranks, so the
         update is the token-weighted mean whatever the accumulation and world size."""
-        out = self(batch["input_ids"], batch["attention_mask"], batch["labels"])
+        rate = self.hparams.get("decoder_input_dropout", 0.0)
+        if rate > 0:
+            dec = corrupt_decoder_inputs(self.model, self.tokenizer, batch["labels"], rate)
+            out = self.model(
+                input_ids=batch["input_ids"],
+                attention_mask=batch["attention_mask"],
+                decoder_input_ids=dec,
+                labels=batch["labels"],
+            )
+        else:
+            out = self(batch["input_ids"], batch["attention_mask"], batch["labels"])
         n_tokens = (batch["labels"] != -100).sum()
         loss_sum = out.loss * n_tokens  # the model's loss is the token mean of this micro-batch
         self._window_tokens += int(n_tokens)

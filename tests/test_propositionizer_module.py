@@ -12,6 +12,8 @@ import torch
 from densex.propositionizer.backbone import (
     build_bert2bert,
     cached_bert2bert,
+    copy_self_to_cross_attention,
+    corrupt_decoder_inputs,
     end_token_id,
     lowercases,
     target_ids,
@@ -176,3 +178,81 @@ def test_accumulated_loss_is_weighted_by_tokens(tiny_t5, tmp_path):
         (got[i] - p.grad).abs().max().item() for i, p in enumerate(params) if p.grad is not None
     )
     assert diff > 1e-4
+
+
+class _Strategy:
+    def __init__(self, sent=None):
+        self.sent = sent
+        self.calls = 0
+
+    def broadcast(self, obj, src=0):
+        self.calls += 1
+        return obj if self.sent is None else self.sent
+
+
+class _Trainer:
+    def __init__(self, rank: int, strategy: _Strategy):
+        self.world_size, self.global_rank, self.is_global_zero = 2, rank, rank == 0
+        self.sanity_checking = False
+        self.strategy = strategy
+
+
+@pytest.mark.parametrize("rank", [0, 1])
+def test_set_f1_is_scored_once_under_ddp(tiny_t5, monkeypatch, rank):
+    """Rank 0 scores the gathered predictions and broadcasts the figures; other ranks never
+    load the scorer and log what rank 0 sent."""
+    module = PropositionizerModule(str(tiny_t5))
+    rows = [{"id": "a", "prediction": '["x."]', "target": '["x."]'}]
+    sent = ({"val/set_f1": 0.25, "val/parse_rate": 1.0}, [0.25])
+    strategy = _Strategy(sent=None if rank == 0 else sent)
+    monkeypatch.setattr(PropositionizerModule, "trainer", _Trainer(rank, strategy))
+    scored, logged = [], {}
+
+    class _Result:
+        per_passage = [{"f1": 0.25}]
+
+        def as_dict(self, prefix):
+            return {prefix + "set_f1": 0.25, prefix + "parse_rate": 1.0}
+
+    monkeypatch.setattr(module, "score_predictions", lambda r: scored.append(r) or _Result())
+    monkeypatch.setattr(module, "log_dict", lambda d, **kw: logged.update(d))
+    module._val_outputs = list(rows)
+    module.on_validation_epoch_end()
+    assert len(scored) == (1 if rank == 0 else 0) and strategy.calls == 1
+    assert logged == {"val/set_f1": 0.25, "val/parse_rate": 1.0}
+    assert module.last_val_predictions[0]["set_f1"] == 0.25
+
+
+def test_cross_attention_from_self_attention(bert2bert_dir):
+    from transformers import AutoModelForSeq2SeqLM
+
+    model = AutoModelForSeq2SeqLM.from_pretrained(bert2bert_dir)
+    layer = model.decoder.bert.encoder.layer[0]
+    assert not torch.equal(
+        layer.crossattention.self.query.weight, layer.attention.self.query.weight
+    )
+    assert copy_self_to_cross_attention(model.decoder) == 1
+    for name, w in layer.attention.state_dict().items():
+        assert torch.equal(layer.crossattention.state_dict()[name], w)
+    w.add_(1.0)  # copies, not shared tensors
+    assert not torch.equal(layer.crossattention.state_dict()[name], w)
+
+
+def test_corrupt_decoder_inputs(bert2bert_dir):
+    from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(bert2bert_dir)
+    model = AutoModelForSeq2SeqLM.from_pretrained(bert2bert_dir)
+    labels = torch.tensor([target_ids(tok, ["x " * 400])[0][:300]] * 4)
+    labels[0, 200:] = -100
+    clean = corrupt_decoder_inputs(model, tok, labels, 0.0)
+    shifted = labels[:, :-1].masked_fill(labels[:, :-1] == -100, tok.pad_token_id)
+    assert (clean[:, 0] == tok.cls_token_id).all() and torch.equal(clean[:, 1:], shifted)
+    torch.manual_seed(0)
+    noisy = corrupt_decoder_inputs(model, tok, labels, 0.5)
+    masked = noisy == tok.mask_token_id
+    assert not masked[:, 0].any() and 0.4 < masked[:, 1:].float().mean() < 0.6
+    assert (
+        torch.equal(noisy[~masked], clean[~masked])
+        and (labels[labels >= 0] != tok.mask_token_id).all()
+    )
