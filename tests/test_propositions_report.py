@@ -237,3 +237,19 @@ def test_report_generates_with_the_configured_propositionizer(
     assert len(generated.read_text().splitlines()) == 3  # the subset, not the 7-passage corpus
     summary = json.loads((out / "propositions_report.json").read_text())
     assert summary["predictions"]["generation_manifest"]["passages"] == 3
+
+
+def test_val_fraction_comes_from_the_trained_models_export(tmp_path):
+    from omegaconf import OmegaConf
+
+    from densex.pipelines.propositions import resolve_val_fraction
+
+    export = tmp_path / "hf_model"
+    export.mkdir()
+    (export / "manifest.json").write_text(json.dumps({"config": {"data": {"val_fraction": 0.2}}}))
+    task = OmegaConf.create({"val_fraction": None, "subset": "validation"})
+    model = OmegaConf.create({"type": "model", "model": str(export)})
+    assert resolve_val_fraction(task, model) == (0.2, str(export / "manifest.json"))
+    assert resolve_val_fraction(task, OmegaConf.create({"type": "file"})) == (0.1, "default")
+    task.val_fraction = 0.3
+    assert resolve_val_fraction(task, model) == (0.3, "task.val_fraction")
