@@ -331,5 +331,6 @@ def log_report(
 
 
 def _cell(v: Any) -> Any:
-    """W&B table cells of one type per column: None and bools as strings."""
-    return "" if v is None else (str(v) if isinstance(v, bool) else v)
+    """W&B table cells of one type per column: bools as strings (None stays None, which W&B
+    tables accept in any column, as the aggregate table's empty parse columns show)."""
+    return str(v) if isinstance(v, bool) else v
