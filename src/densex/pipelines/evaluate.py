@@ -82,7 +82,12 @@ def recall_at_each_k(hits: np.ndarray) -> np.ndarray:
 
 
 def run(cfg: DictConfig) -> float:
-    """Evaluate one cell, write its files into `cfg.paths.output_dir`, return recall@20."""
+    """Evaluate one cell, write its files into `cfg.paths.output_dir`, return recall@20.
+    `task=propositions` runs the propositionizer quality report instead (its set-F1)."""
+    if str((cfg.get("task") or {}).get("name", "retrieval")) == "propositions":
+        from densex.pipelines.propositions import run as run_propositions
+
+        return run_propositions(cfg)
     from densex.data.questions import load_dataset_questions
     from densex.metrics.answers import has_answer
     from densex.pipelines.index import build_corpus_units, generates_propositions, global_rank

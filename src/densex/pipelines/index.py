@@ -73,17 +73,23 @@ def propositions_key(cfg: DictConfig, passages_path: Path) -> str:
     return content_key(passages=hash_file(passages_path), propositionizer=settings, **content)
 
 
+def generated_propositions_path(cfg: DictConfig, passages_path: Path) -> Path:
+    """Where `generated_propositions` writes (and later finds) the propositions of
+    `passages_path` under cfg.propositionizer; nothing is generated."""
+    key = propositions_key(cfg, passages_path)
+    out = artifact_dir(
+        cfg.paths.cache_dir, "propositions", str(cfg.propositionizer.get("name", "model")), key=key
+    )
+    return out / "propositions.jsonl"
+
+
 def generated_propositions(cfg: DictConfig, passages_path: Path) -> Path:
     """Run the configured propositionizer over the passages, cached by `propositions_key`
     (passages, settings, model files, prompt), so a retrained model exported to the same dir
     or an edited prompt generates afresh."""
     from densex.propositionizer.generate import generate_propositions
 
-    key = propositions_key(cfg, passages_path)
-    out = artifact_dir(
-        cfg.paths.cache_dir, "propositions", str(cfg.propositionizer.get("name", "model")), key=key
-    )
-    path = out / "propositions.jsonl"
+    path = generated_propositions_path(cfg, passages_path)
     if path.exists():
         log.info("propositions cached at %s", path)
         return path

@@ -1,0 +1,125 @@
+"""What a quality report needs to know about a propositionizer's output, beyond the text.
+
+- `split_passage_ids`: the passages of the training split's train or validation articles,
+  by the very rule `PropositionDataModule` splits its pairs with (`data.split_by_title`: a
+  fixed hash of the title), so a report can run on exactly the passages a model never saw.
+- `parse_outcomes`: per passage, how its propositions were obtained (strict JSON, repaired,
+  or a fallback) and whether generation hit `max_new_tokens`, recovered from the generation
+  manifest beside a propositions file and the raw outputs in its shards (`generate.py`).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from densex.propositionizer.data import split_by_title
+from densex.propositionizer.generate import manifest_path
+from densex.propositionizer.parse import parse_propositions
+from densex.utils.io import DataError, read_json, read_jsonl
+from densex.utils.logging import get_logger
+
+log = get_logger(__name__)
+
+__all__ = ["PARSE_KEYS", "parse_outcomes", "read_generation_manifest", "split_passage_ids"]
+
+SPLITS = ("train", "validation")
+# the generation manifest's parse counts (write_propositions / ParseStats.as_dict)
+PARSE_KEYS = (
+    "passages",
+    "parsed_strict",
+    "repaired",
+    "unparseable",
+    "fallbacks",
+    "fallback_total",
+    "fallback_reasons",
+    "items_dropped",
+    "hit_max_new_tokens",
+)
+
+
+def split_passage_ids(
+    passages: Sequence[Mapping[str, Any]], val_fraction: float, split: str = "validation"
+) -> list[str]:
+    """Ids of the passages (`{"id", "title", ...}`, in order) whose article the training data
+    split puts in `split` ("train" | "validation") at `val_fraction` (`data.val_fraction`).
+
+    The rule is per title, so a passage's split does not depend on the other passages; only
+    the edge cases of `split_by_title` (no title hashes under the fraction, or all do) look at
+    the whole title set, which is the same as training's when `passages` are its passages.
+    """
+    if split not in SPLITS:
+        raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
+    rows = [{"id": p["id"], "title": p.get("title") or ""} for p in passages]
+    train, val = split_by_title(rows, float(val_fraction))
+    return [r["id"] for r in (val if split == "validation" else train)]
+
+
+def read_generation_manifest(propositions_path: str | os.PathLike) -> dict[str, Any] | None:
+    """The manifest `generate.py` wrote beside a propositions file, or None (a plain file)."""
+    path = manifest_path(propositions_path)
+    if not path.exists():
+        return None
+    manifest = read_json(path)
+    if not isinstance(manifest, dict) or "parsed_strict" not in manifest:
+        return None  # some other manifest.json (e.g. the shared data's), not a generation's
+    if manifest.get("artifact") not in (None, Path(propositions_path).name):
+        return None
+    return manifest
+
+
+def parse_outcomes(
+    propositions_path: str | os.PathLike,
+    predictions: Mapping[str, Sequence[str]],
+) -> dict[str, dict[str, Any]] | None:
+    """Per passage id of `predictions`: `{"parse": "strict" | "repaired" | "fallback",
+    "fallback_reason": None | "unparseable" | "empty", "repairs": "a;b", "cut": bool}`,
+    from the raw outputs in the shards named by the generation manifest beside
+    `propositions_path`, parsed again with `parse.parse_propositions`.
+
+    None (with a logged reason) when that cannot be known: no generation manifest or no
+    shards (a teacher's or hand-made file), shards deleted, a passage missing from them, or
+    shards that no longer match the file (a parsed output that differs from its row).
+    """
+    manifest = read_generation_manifest(propositions_path)
+    shards = (manifest or {}).get("shards") or {}
+    shard_dir = Path(shards["dir"]) if shards.get("dir") else None
+    if shard_dir is None or not shard_dir.is_dir():
+        why = "no generation manifest" if manifest is None else f"no shards at {shard_dir}"
+        log.info("per-passage parse results unknown for %s (%s)", propositions_path, why)
+        return None
+    raws: dict[str, dict[str, Any]] = {}
+    try:
+        for shard in sorted(shard_dir.glob("shard-*.jsonl")):
+            for row in read_jsonl(shard, required=("id", "raw")):
+                raws[str(row["id"])] = row
+    except DataError as e:
+        log.warning("per-passage parse results unknown: unreadable shard (%s)", e)
+        return None
+    out: dict[str, dict[str, Any]] = {}
+    for pid, props in predictions.items():
+        row = raws.get(pid)
+        if row is None:
+            log.warning(
+                "per-passage parse results unknown: %r is in no shard of %s", pid, shard_dir
+            )
+            return None
+        result = parse_propositions(row["raw"])
+        used = result.ok and bool(result.propositions)
+        if used and list(result.propositions) != list(props):
+            log.warning(
+                "per-passage parse results unknown: the shards of %s do not match %s (%r)",
+                shard_dir,
+                propositions_path,
+                pid,
+            )
+            return None
+        out[pid] = {
+            "parse": ("repaired" if result.repaired else "strict") if used else "fallback",
+            "fallback_reason": None if used else ("unparseable" if not result.ok else "empty"),
+            "repairs": ";".join(result.repairs),
+            "cut": bool(row.get("cut")),
+        }
+    return out
