@@ -71,4 +71,6 @@ def test_against_pytrec_eval():
     m = gold_metrics(ranked, gold, ks=(5, 20))
     mean_ndcg = np.mean([v["ndcg_cut_10"] for v in res.values()])
     assert m["ndcg@10"] == pytest.approx(100 * mean_ndcg, abs=1e-3)
-    assert m["mrr@10"] == pytest.approx(100 * np.mean([v["recip_rank"] for v in rr.values()]), abs=1e-3)
+    assert m["mrr@10"] == pytest.approx(
+        100 * np.mean([v["recip_rank"] for v in rr.values()]), abs=1e-3
+    )

@@ -30,16 +30,26 @@ from densex.utils.io import DataError, read_jsonl, write_jsonl
 
 PER_QUESTION_FILE = "per_question.jsonl"
 
-MONTHS = ["january", "february", "march", "april", "may", "june", "july", "august", "september", "october", "november", "december", "jan", "feb", "mar", "apr", "jun", "jul", "aug", "sep", "sept", "oct", "nov", "dec"]
+MONTHS = (
+    "january", "february", "march", "april", "may", "june", "july", "august", "september",
+    "october", "november", "december", "jan", "feb", "mar", "apr", "jun", "jul", "aug", "sep",
+    "sept", "oct", "nov", "dec",
+)  # fmt: skip
 _MONTH = re.compile(r"\b(" + "|".join(MONTHS) + r")\b\.?", re.IGNORECASE)
 _YEAR = re.compile(r"^(?:(?:in|by|around|about|c\.|circa)\s+)?[12]\d{3}s?$", re.IGNORECASE)
 _CENTURY = re.compile(r"\b\d{1,2}(st|nd|rd|th)\s+century\b|\b(BC|BCE|AD|CE)\b", re.IGNORECASE)
-_NUMBER_WORDS = set(
-    ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven", "twelve", "thirteen", "fourteen", "fifteen", "sixteen", "seventeen", "eighteen", "nineteen", "twenty", "thirty", "forty", "fifty", "sixty", "seventy", "eighty", "ninety", "hundred", "thousand", "million", "billion", "trillion", "half", "dozen", "percent"]
-)
+_NUMBER_WORDS = {
+    "zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten",
+    "eleven", "twelve", "thirteen", "fourteen", "fifteen", "sixteen", "seventeen", "eighteen",
+    "nineteen", "twenty", "thirty", "forty", "fifty", "sixty", "seventy", "eighty", "ninety",
+    "hundred", "thousand", "million", "billion", "trillion", "half", "dozen", "percent",
+}  # fmt: skip
 _NUMERIC = re.compile(r"\d")
 _WORD = re.compile(r"[A-Za-z][A-Za-z'\-]*")
-_STOP = set(["the", "a", "an", "of", "and", "or", "in", "on", "at", "to", "for", "by", "with", "from", "de", "la", "le", "von", "van", "der", "du"])
+_STOP = {
+    "the", "a", "an", "of", "and", "or", "in", "on", "at", "to", "for", "by", "with", "from",
+    "de", "la", "le", "von", "van", "der", "du",
+}  # fmt: skip
 
 LENGTH_BINS = ((0, 6), (7, 9), (10, 12), (13, 10**9))
 

@@ -161,9 +161,7 @@ def mark_key(row: dict[str, Any], column: str) -> tuple:
     return (*(row.get(c) for c in LABEL_FIELDS), column)
 
 
-def table2_markdown(
-    table: Sequence[dict[str, Any]], marks: dict[tuple, str] | None = None
-) -> str:
+def table2_markdown(table: Sequence[dict[str, Any]], marks: dict[tuple, str] | None = None) -> str:
     """GitHub Markdown: the block labels are printed once per block, gains are signed;
     `marks[mark_key(row, column)]` (e.g. significance markers) follow a cell's value."""
     marks = marks or {}
