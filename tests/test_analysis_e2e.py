@@ -109,6 +109,7 @@ def _per_q(d: Path) -> list[dict]:
     return [json.loads(line) for line in (d / "per_question.jsonl").read_text().splitlines()]
 
 
+@pytest.mark.slow
 def test_cells_write_per_question_and_gold_metrics(sweep):
     rows = [_row(sweep / str(i)) for i in range(6)]
     assert [r["granularity"] for r in rows] == [
@@ -137,6 +138,7 @@ def test_cells_write_per_question_and_gold_metrics(sweep):
         assert 100 * sum(w <= 100 for w in within) / 30 == pytest.approx(r["answer_recall@100"])
 
 
+@pytest.mark.slow
 def test_rrf_cell_is_the_fusion_of_the_granularity_cells(sweep, article):
     """Recompute RRF's top passages from the three member cells' retrieval files."""
     from densex.analysis.fusion import rrf_fuse
@@ -155,6 +157,7 @@ def test_rrf_cell_is_the_fusion_of_the_granularity_cells(sweep, article):
         assert got[:1] == [back[int(items[0])]]
 
 
+@pytest.mark.slow
 def test_analyze_sweep_writes_significance_and_winloss(sweep):
     from densex.analysis.sweep import analyze_sweep
     from densex.report.callback import aggregate_sweep
@@ -182,10 +185,12 @@ def test_analyze_sweep_writes_significance_and_winloss(sweep):
     assert written["gold"].exists()
 
 
-def test_beir_fixture_end_to_end(repo_root, article, sweep, minilm_path, tmp_path):
-    """The BEIR copy of the corpus: the same ranking, so the same gold metrics as the SQuAD run."""
+def test_beir_fixture_end_to_end(repo_root, article, minilm_path, tmp_path):
+    """The BEIR copy of the corpus: the same ranking, so the same gold metrics as the SQuAD run
+    (whose passage units hash the same, so the second run reuses the embeddings)."""
     from densex.pipelines.evaluate import run
 
+    run(_cfg(repo_root, _squad_cell(article, tmp_path / "squad", "granularity=passage")))
     out = tmp_path / "beir"
     run(
         _cfg(
@@ -205,8 +210,72 @@ def test_beir_fixture_end_to_end(repo_root, article, sweep, minilm_path, tmp_pat
             ],
         )
     )
-    beir, squad = _row(out), _row(sweep / "0")
+    beir, squad = _row(out), _row(tmp_path / "squad")
     assert beir["n_questions"] == 30  # the unjudged query is not evaluated
     assert beir["recall@5"] == 0.0  # BEIR queries carry no answer strings
     for key in ("mrr@10", "ndcg@10", "gold_recall@5", "gold_recall@20"):
         assert beir[key] == pytest.approx(squad[key]), key
+    pq = _per_q(out)
+    assert len(pq) == 30 and all(q["answers"] == [] and q["gold_rank"] for q in pq)
+
+
+def _fake_cell(d: Path, granularity: str, hits: list[list[bool]], answers: list[str]) -> None:
+    from densex.analysis.per_question import per_question_rows, write_per_question
+
+    d.mkdir(parents=True)
+    questions = [
+        {"id": f"q{i}", "question": f"Who wrote book number {i}?", "answers": [a]}
+        for i, a in enumerate(answers)
+    ]
+    import numpy as np
+
+    h = np.array(hits, bool)
+    write_per_question(d, per_question_rows(questions, h, [5, 20]))
+    cum = np.logical_or.accumulate(h, axis=1).mean(axis=0)
+    row = {
+        "corpus": "c", "retriever": "minilm", "granularity": granularity, "dataset": "d",
+        "reader": "none", "index": "flat", "budget": 100,
+        "recall@5": 100 * cum[4], "recall@20": 100 * cum[19],
+    }  # fmt: skip
+    (d / "results.jsonl").write_text(json.dumps(row) + "\n")
+
+
+def test_analyze_sweep_marks_significant_gains(tmp_path):
+    """Synthetic cells: proposition finds a hit at rank 1 where passage needs rank 10 for 60
+    of 200 questions: R@5 gains 30 points (significant), R@20 is equal (not)."""
+    import numpy as np
+
+    from densex.analysis.sweep import analyze_sweep
+
+    rng = np.random.default_rng(0)
+    base = rng.random(200) < 0.5
+    late = np.zeros((200, 20), bool)
+    late[base, 9] = True
+    early = late.copy()
+    moved = np.flatnonzero(base)[:60]
+    early[moved, 9], early[moved, 0] = False, True
+    answers = ["1990"] * 100 + ["Jane Austen"] * 100
+    _fake_cell(tmp_path / "0", "passage", late.tolist(), answers)
+    _fake_cell(tmp_path / "1", "proposition", early.tolist(), answers)
+    analyze_sweep(tmp_path, ks=(5, 20), n_resamples=2000, seed=0)
+    sig = {
+        (r["a"], r["b"], r["metric"]): r
+        for r in csv.DictReader((tmp_path / "significance.csv").read_text().splitlines())
+    }
+    r5, r20 = sig[("proposition", "passage", "hit@5")], sig[("proposition", "passage", "hit@20")]
+    assert float(r5["diff"]) == pytest.approx(30.0) and float(r5["p_randomization"]) < 0.001
+    assert float(r20["diff"]) == 0.0 and float(r20["p_randomization"]) == 1.0
+    md = (tmp_path / "table2.md").read_text()
+    psg = next(x for x in md.splitlines() if x.startswith("| ") and "Passage" in x)
+    assert "†" not in psg and "| 0.0 | 44.0 |" in psg
+    line = next(x for x in md.splitlines() if x.startswith("| ") and "Proposition" in x)
+    assert "†" in line.split("|")[3] and "†" not in line.split("|")[4]
+    gain = next(x for x in md.splitlines() if "Δ prop − psg" in x)
+    assert "+30.0**" in gain
+    wl = list(csv.DictReader((tmp_path / "winloss.csv").read_text().splitlines()))
+    overall = next(r for r in wl if r["bucket"] == "all" and r["metric"] == "hit@5")
+    assert (int(overall["wins"]), int(overall["losses"])) == (60, 0)
+    by_type = {
+        r["bucket"]: r for r in wl if r["bucketing"] == "answer type" and r["metric"] == "hit@5"
+    }
+    assert int(by_type["date"]["n"]) == 100 and int(by_type["entity"]["n"]) == 100
