@@ -216,7 +216,9 @@ def test_beir_fixture_end_to_end(repo_root, article, minilm_path, tmp_path):
     for key in ("mrr@10", "ndcg@10", "gold_recall@5", "gold_recall@20"):
         assert beir[key] == pytest.approx(squad[key]), key
     pq = _per_q(out)
-    assert len(pq) == 30 and all(q["answers"] == [] and q["gold_rank"] for q in pq)
+    assert len(pq) == 30 and all(q["answers"] == [] for q in pq)
+    squad_pq = {q["id"]: q for q in _per_q(tmp_path / "squad")}
+    assert all(q["gold_rank"] == squad_pq[q["id"]]["gold_rank"] for q in pq)
 
 
 def _fake_cell(d: Path, granularity: str, hits: list[list[bool]], answers: list[str]) -> None:
