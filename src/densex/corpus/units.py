@@ -121,6 +121,8 @@ def units_key(
     }
     if corpus_cfg.get("passages"):
         parts["passages"] = _hash_input(corpus_cfg["passages"])
+        if corpus_cfg.get("passages_format"):  # set only for non-default formats (beir)
+            parts["passages_format"] = corpus_cfg["passages_format"]
     else:
         reader_keys = ("documents_format", "title_column", "text_column", "id_column",
                        "section_column", "paragraph_separator")  # fmt: skip
@@ -293,7 +295,12 @@ def build_units(
     inputs: dict[str, Any] = {}
     if corpus_cfg.get("passages"):
         src = corpus_cfg["passages"]
-        passages = read_passages(src, skips)
+        if corpus_cfg.get("passages_format") == "beir":  # BEIR corpus.jsonl: one passage a doc
+            from densex.corpus.beir import read_beir_corpus
+
+            passages = read_beir_corpus(src, skips)
+        else:
+            passages = read_passages(src, skips)
         inputs["passages"] = {"path": str(src), "sha256": hash_file(src)}
     else:
         passages = _segment_documents(corpus_cfg, skips)

@@ -377,7 +377,17 @@ def load_dataset_questions(
     """The questions of a `conf/dataset/*.yaml` entry. With `match: regex`, the answer
     patterns are compiled up front as the scorer compiles them: a pattern broken as written
     raises a `DataError`; one that only fails once NFD-normalised is kept (it never matches, as
-    in DPR) and logged with its file and line, and appended to `unmatchable` when given."""
+    in DPR) and logged with its file and line, and appended to `unmatchable` when given.
+    `format: beir` reads BEIR `queries.jsonl` (no answers), kept to the ids of the config's
+    `qrels` file when it is a BEIR/TREC one."""
+    if dataset_cfg["format"] == "beir":
+        from densex.data.beir import load_beir_queries
+        from densex.data.qrels import read_qrels
+
+        qrels = dataset_cfg.get("qrels") or {}
+        keep = read_qrels(qrels["path"]) if qrels.get("format", "beir") != "squad" else None
+        limit = limit if limit is not None else dataset_cfg.get("limit")
+        return load_beir_queries(dataset_cfg["path"], keep=keep, limit=limit)
     collector = _load(
         dataset_cfg["path"],
         dataset_cfg["format"],

@@ -90,33 +90,29 @@ def run(cfg: DictConfig) -> float:
         return run_propositions(cfg)
     from densex.data.questions import load_dataset_questions
     from densex.metrics.answers import has_answer
+    from densex.pipelines.fusion import cell_searcher, cell_units_file, fusion_keys, is_rrf
     from densex.pipelines.index import build_corpus_units, generates_propositions, global_rank
     from densex.qa.cell import qa_metrics
-    from densex.retrieval.build import load_or_build_searcher
     from densex.retrieval.search import retrieve_passages
 
     t_start = time.perf_counter()
     out_dir = Path(cfg.paths.output_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    cache_dir = Path(cfg.paths.cache_dir)
-    granularity = str(cfg.granularity.name)
     topk = sorted({int(k) for k in cfg.topk})
     if not topk or topk[0] < 1:
         raise ValueError(f"topk must be a non-empty list of cut-offs >= 1, got {list(cfg.topk)}")
     K = topk[-1]
-    keys = cell_keys(cfg)
+    keys = {**cell_keys(cfg), **fusion_keys(cfg)}  # fused cells: labels say what was fused
 
     # units: built once per corpus content, shared by every job of a sweep
     t0 = time.perf_counter()
     unit_files = build_corpus_units(cfg, with_generated=generates_propositions(cfg))
-    units_path = unit_file(unit_files, granularity)
+    units_path = cell_units_file(cfg, unit_files)  # mixed / RRF: the members' units combined
     passages, units, unit_passage_rows = load_units(units_path, unit_files.passages)
     t_units = time.perf_counter() - t0
 
     t0 = time.perf_counter()
-    searcher = load_or_build_searcher(
-        units_path, cfg.retriever, cfg.index, cache_dir, cfg.get("trainer")
-    )
+    searcher = cell_searcher(cfg, unit_files, units_path)
     if global_rank() != 0:
         log.info("rank %d: encoding done; rank 0 evaluates and writes the results", global_rank())
         return float("nan")
@@ -143,8 +139,15 @@ def run(cfg: DictConfig) -> float:
     avg_words = max(1.0, float(unit_words.mean())) if len(units) else 1.0
     n_start = max(K * ratio + 1, int(np.ceil(need_words / avg_words)) + 1)
     queries = [q["question"] for q in questions]
-    results = retrieve_passages(searcher, queries, unit_passage_rows, K, n_start=n_start)
-    fetch_units_for_words(searcher, queries, results, unit_words, need_words)
+    if is_rrf(cfg):
+        from densex.pipelines.fusion import fused_retrieval
+
+        results = fused_retrieval(
+            cfg, searcher, queries, unit_passage_rows, unit_words, K, need_words
+        )
+    else:
+        results = retrieve_passages(searcher, queries, unit_passage_rows, K, n_start=n_start)
+        fetch_units_for_words(searcher, queries, results, unit_words, need_words)
     t_search = time.perf_counter() - t0
 
     t0 = time.perf_counter()
@@ -172,6 +175,9 @@ def run(cfg: DictConfig) -> float:
     # percent, as the paper's tables and the QA metrics
     metrics: dict[str, Any] = {f"recall@{k}": round(100.0 * float(curve[k - 1]), 4) for k in topk}
 
+    per_q: dict[str, list] = {}
+    metrics.update(_gold_metrics(cfg, passages, questions, results, topk, per_q))
+
     t0 = time.perf_counter()
     ranked_unit_texts = [[units[u]["text"] for u in r.unit_rows.tolist()] for r in results]
     qa = qa_metrics(
@@ -182,6 +188,7 @@ def run(cfg: DictConfig) -> float:
         max_words,
         out_dir,
         match_type=match,
+        per_question=per_q,
     )
     metrics.update(qa or {})
     t_qa = time.perf_counter() - t0
@@ -206,12 +213,30 @@ def run(cfg: DictConfig) -> float:
         w = csv.writer(f, lineterminator="\n")
         w.writerow(["k", "recall"])
         w.writerows([[k + 1, round(100.0 * float(v), 4)] for k, v in enumerate(curve)])
+    from densex.analysis.per_question import per_question_rows, write_per_question
+
+    write_per_question(out_dir, per_question_rows(questions, hits, topk, per_q))
     write_jsonl(out_dir / "results.jsonl", [row])
 
     print_metrics(row)
     _log_wandb(cfg, row, dpr_rows, units, results, curve)
     target = max([k for k in topk if k <= 20], default=topk[0])
     return metrics[f"recall@{target}"]
+
+
+def _gold_metrics(cfg, passages, questions, results, topk, per_q) -> dict[str, Any]:
+    """MRR@10, nDCG@10, gold_recall@k (percent) against the dataset's `qrels` (when it has
+    any); per-question gold rank / rr@10 / ndcg@10 go into `per_q`."""
+    from densex.data.qrels import load_dataset_qrels
+    from densex.metrics.rank import gold_columns, gold_metrics
+
+    qrels = load_dataset_qrels(cfg.dataset, passages)
+    if qrels is None:
+        return {}
+    ranked = [[passages[p]["id"] for p in r.passage_rows.tolist()] for r in results]
+    gold = [qrels.get(str(q.get("id")), {}) for q in questions]
+    per_q.update(gold_columns(ranked, gold))
+    return gold_metrics(ranked, gold, ks=topk)
 
 
 def fetch_units_for_words(

@@ -101,6 +101,7 @@ def qa_metrics(
     out_dir: str | os.PathLike,
     match_type: str = "string",
     curve_step: int = 1,
+    per_question: dict[str, list] | None = None,
 ) -> dict[str, float]:
     """Answer recall@l words for the whole curve and, with a reader, EM@budget.
 
@@ -108,7 +109,9 @@ def qa_metrics(
     (each question's retrieved unit texts, best first). Writes `answer_recall_by_words.csv`,
     `reader_predictions.jsonl` (with a reader) and `qa_manifest.json` into `out_dir`; returns
     `answer_recall@100`, `answer_recall@500` (those within max_words), `answer_recall@{budget}`
-    and `em@{budget}` (percent).
+    and `em@{budget}` (percent). A `per_question` dict, when given, receives the
+    per-question values: `words_to_answer` (None = not within max_words) and, with a reader,
+    `em@{budget}` (bool).
     """
     if len(questions) != len(ranked_unit_texts):
         raise ValueError(f"{len(questions)} questions but {len(ranked_unit_texts)} retrievals")
@@ -117,6 +120,8 @@ def qa_metrics(
     t0 = time.perf_counter()
     needed = first_answer_words(ranked_unit_texts, answers, max_words, match_type)
     curve = recall_curve(needed, max_words)
+    if per_question is not None:
+        per_question["words_to_answer"] = list(needed)
     write_curve(out / CURVE_FILE, curve, step=curve_step)
     metrics: dict[str, float] = {}
     for l_words in sorted({100, 500, int(budget)}):
@@ -138,6 +143,8 @@ def qa_metrics(
         predictions = reader.answer([q["question"] for q in questions], contexts)
         correct = [answer_em(p, a, match_type) for p, a in zip(predictions, answers)]
         metrics[f"em@{int(budget)}"] = round(100.0 * sum(correct) / max(len(correct), 1), 4)
+        if per_question is not None:
+            per_question[f"em@{int(budget)}"] = [bool(c) for c in correct]
         write_jsonl(
             out / PREDICTIONS_FILE,
             (

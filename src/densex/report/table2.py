@@ -156,8 +156,15 @@ def _block(row: dict[str, Any]) -> tuple:
     return tuple(row.get(c) for c in ("retriever", *CONDITION_FIELDS))
 
 
-def table2_markdown(table: Sequence[dict[str, Any]]) -> str:
-    """GitHub Markdown: the block labels are printed once per block, gains are signed."""
+def mark_key(row: dict[str, Any], column: str) -> tuple:
+    """The key of a Table 2 cell in `marks`: (retriever, corpus, index, granularity, column)."""
+    return (*(row.get(c) for c in LABEL_FIELDS), column)
+
+
+def table2_markdown(table: Sequence[dict[str, Any]], marks: dict[tuple, str] | None = None) -> str:
+    """GitHub Markdown: the block labels are printed once per block, gains are signed;
+    `marks[mark_key(row, column)]` (e.g. significance markers) follow a cell's value."""
+    marks = marks or {}
     cols = display_columns(table)
     block_cols = label_columns(table)[:-1]  # all but granularity
     header = [c.capitalize() for c in block_cols] + ["Granularity"] + [_label(c) for c in cols]
@@ -171,7 +178,8 @@ def table2_markdown(table: Sequence[dict[str, Any]]) -> str:
         names = [_fmt(row[c]) if _block(row) != prev else "" for c in block_cols]
         prev = _block(row)
         gran = "Δ prop − psg" if gain else row["granularity"].capitalize()
-        lines.append("| " + " | ".join([*names, gran] + [_fmt(row[c], gain) for c in cols]) + " |")
+        vals = [_fmt(row[c], gain) + marks.get(mark_key(row, c), "") for c in cols]
+        lines.append("| " + " | ".join([*names, gran, *vals]) + " |")
     return "\n".join(lines) + "\n"
 
 
@@ -181,14 +189,21 @@ def _label(col: str) -> str:
 
 
 def write_table2(
-    rows: Sequence[dict[str, Any]], out_dir: str | os.PathLike, ks: Sequence[int] = (5, 20)
+    rows: Sequence[dict[str, Any]],
+    out_dir: str | os.PathLike,
+    ks: Sequence[int] = (5, 20),
+    marks: dict[tuple, str] | None = None,
+    notes: str | None = None,
 ) -> list[dict[str, Any]]:
-    """Write `table2.md` and `table2.csv` into `out_dir` (atomically); return the table rows."""
+    """Write `table2.md` and `table2.csv` into `out_dir` (atomically); return the table rows.
+    `marks` are appended to cells of the Markdown (see `table2_markdown`), `notes` after it."""
     table = table2_rows(rows, ks)
     out = Path(out_dir)
     with atomic_open(out / "table2.md") as f:
         f.write("Passage recall@k (%) by retriever and retrieval granularity (cf. Table 2).\n\n")
-        f.write(table2_markdown(table))
+        f.write(table2_markdown(table, marks))
+        if notes:
+            f.write("\n" + notes.rstrip("\n") + "\n")
     with atomic_open(out / "table2.csv") as f:
         fields = [*label_columns(table), *metric_columns(table)]
         writer = csv.DictWriter(f, fieldnames=fields, lineterminator="\n")

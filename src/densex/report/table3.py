@@ -115,7 +115,10 @@ def _fmt(v: float | None) -> str:
     return "–" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:.1f}"
 
 
-def _markdown(header: list[str], body: list[list[Any]]) -> str:
+def _markdown(
+    header: list[str], body: list[list[Any]], marks: dict[tuple, str] | None = None
+) -> str:
+    marks = marks or {}
     nl = _n_labels(header)
     budgets = sorted({h.split("@")[1] for h in header[nl:]}, key=int)
     groups = [h.rsplit(" ", 1)[0] for h in header[nl:]][:: len(budgets)]
@@ -142,13 +145,19 @@ def _markdown(header: list[str], body: list[list[Any]]) -> str:
             s = _fmt(v)
             if v is not None and v == best.get((block, j)):
                 s = f"**{s}**"
-            cells.append(s)
+            cells.append(s + marks.get((*row[:nl], header[nl + j]), ""))
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
 
-def write_table3(rows: Iterable[Mapping[str, Any]], out_dir: str | os.PathLike) -> Path | None:
-    """Write `table3.md` and `table3.csv` from results rows; None when no row has an EM@l."""
+def write_table3(
+    rows: Iterable[Mapping[str, Any]],
+    out_dir: str | os.PathLike,
+    marks: dict[tuple, str] | None = None,
+    notes: str | None = None,
+) -> Path | None:
+    """Write `table3.md` and `table3.csv` from results rows; None when no row has an EM@l.
+    `marks[(*label values, column)]` follow a cell's value in the Markdown, `notes` after it."""
     header, body = table3_rows(list(rows))
     if not body:
         return None
@@ -164,5 +173,7 @@ def write_table3(rows: Iterable[Mapping[str, Any]], out_dir: str | os.PathLike) 
         f.write(
             "Table 3: open-domain QA exact match (EM@l: reader given the first l retrieved words)\n\n"
         )
-        f.write(_markdown(header, body))
+        f.write(_markdown(header, body, marks))
+        if notes:
+            f.write("\n" + notes.rstrip("\n") + "\n")
     return md
