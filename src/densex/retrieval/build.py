@@ -9,6 +9,7 @@ stale artifact. A second call loads both and encodes nothing.
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
@@ -188,9 +189,16 @@ def _load_or_build_bm25(
     settings = bm25_settings(rcfg)
     key = content_key(units=hash_file(units_path), bm25=settings)
     out = artifact_dir(cache_dir, "bm25", settings["name"], key=key)
-    built = not (out / "manifest.json").exists()
+    searcher = None
+    if (out / "manifest.json").exists():
+        try:
+            searcher = BM25Searcher.load(out)
+        except DamagedArtifact as e:
+            handle_damage(e.problems, "bm25 index", f"rebuild: rm -r {out}")
+            shutil.rmtree(out)
+    built = searcher is None
     if built:
         BM25Searcher.build(units_path, settings).save(out, units_sha256=hash_file(units_path))
-    searcher = BM25Searcher.load(out)
+        searcher = BM25Searcher.load(out)
     searcher.info = {"index_dir": str(out), "index_built": built, "encoded": False}
     return searcher
