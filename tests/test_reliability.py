@@ -25,9 +25,9 @@ DEMO = Path(__file__).resolve().parents[1] / "data" / "demo"
 
 @pytest.fixture(autouse=True)
 def _default_policy():
-    integrity.configure({"verify": True, "on_damaged": "rebuild", "clean_orphans": True})
+    integrity.reset()
     yield
-    integrity.configure({"verify": True, "on_damaged": "rebuild", "clean_orphans": True})
+    integrity.reset()
 
 
 def _demo_corpus(tmp_path: Path) -> dict:

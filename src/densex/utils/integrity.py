@@ -38,7 +38,8 @@ except ImportError:  # pragma: no cover - xxhash comes with `datasets`
     DEFAULT_ALGO = "blake2b_128"
 
 ON_DAMAGED = ("rebuild", "refuse")
-_policy: dict[str, Any] = {"verify": True, "on_damaged": "rebuild", "clean_orphans": True}
+_DEFAULT_POLICY: dict[str, Any] = {"verify": True, "on_damaged": "rebuild", "clean_orphans": True}
+_policy: dict[str, Any] = dict(_DEFAULT_POLICY)
 _TMP = re.compile(r"^\..+\.(?P<host>[^.]+)-(?P<pid>\d+)\.[^.]+\.tmp$")
 ORPHAN_MAX_AGE_S = 24 * 3600.0
 
@@ -49,16 +50,23 @@ class DamagedArtifact(DataError):
 
 def configure(cache_cfg: Mapping[str, Any] | None) -> dict[str, Any]:
     """Set the process-wide policy from a `cache` config node (`verify`, `on_damaged`,
-    `clean_orphans`); missing keys keep their defaults. Returns the policy."""
-    for key in ("verify", "on_damaged", "clean_orphans"):
-        if cache_cfg is not None and cache_cfg.get(key) is not None:
-            _policy[key] = cache_cfg.get(key)
+    `clean_orphans`, and the shard-size settings `retrieval.build.shard_size_for` reads);
+    missing keys keep their values. Returns the policy."""
+    for key in cache_cfg or {}:
+        if cache_cfg.get(key) is not None:
+            _policy[str(key)] = cache_cfg.get(key)
     if _policy["on_damaged"] not in ON_DAMAGED:
         raise ValueError(
             f"cache.on_damaged must be one of {ON_DAMAGED}, got {_policy['on_damaged']!r}"
         )
     _policy["verify"] = bool(_policy["verify"])
     return dict(_policy)
+
+
+def reset() -> None:
+    """Back to the defaults (verify, rebuild, clean orphans; `auto` shard sizes)."""
+    _policy.clear()
+    _policy.update(_DEFAULT_POLICY)
 
 
 def policy() -> dict[str, Any]:
