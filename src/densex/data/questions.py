@@ -75,7 +75,7 @@ class _Collector:
         line, qid, question, answers, extra, where = raw
         answers_field = where + answers_field
         if not isinstance(question, str) or not question.strip():
-            why = why_not_text(question)
+            why = why_not_text(question, missing=question is None)
             return self.skips(DataError(source, line, f"{where}question", why))
         if not isinstance(answers, (list, tuple)):
             what = (
