@@ -36,6 +36,7 @@ __all__ = [
     "read_jsonl_documents",
     "read_passages",
     "read_squad_documents",
+    "why_not_text",
 ]
 
 
@@ -70,6 +71,17 @@ class Skips:
 
 def _text(value: Any) -> str | None:
     return value if isinstance(value, str) and value.strip() else None
+
+
+def why_not_text(value: Any, missing: bool = False) -> str:
+    """Why `value` is not a non-empty string, naming the type found (for `DataError`s)."""
+    if missing:
+        return "missing"
+    if value is None:
+        return "null (expected a non-empty string)"
+    if not isinstance(value, str):
+        return f"expected a string, got {type(value).__name__}"
+    return "empty"
 
 
 def read_squad_documents(
@@ -123,11 +135,13 @@ def _rows_to_documents(
         where = f"[{row_index}]." if line is None else ""
         row_index += 1
         if title_column not in row or not isinstance(row[title_column], str):
-            skips(DataError(source, line, where + title_column, "missing or not a string"))
+            why = why_not_text(row.get(title_column), title_column not in row)
+            skips(DataError(source, line, where + title_column, why))
             continue
         text = _text(row.get(text_column))
         if text is None:
-            skips(DataError(source, line, where + text_column, "missing or empty"))
+            why = why_not_text(row.get(text_column), text_column not in row)
+            skips(DataError(source, line, where + text_column, why))
             continue
         title = row[title_column].strip()
         section = str(row.get(section_column) or "") if section_column else ""
@@ -280,10 +294,11 @@ def read_passages(path: str | os.PathLike, skips: Skips | None = None) -> list[d
     for lineno, row in numbered_jsonl(path, skips):
         pid = row.get("id")
         if not isinstance(pid, str) or not pid:
-            skips(DataError(path, lineno, "id", "missing or empty"))
+            skips(DataError(path, lineno, "id", why_not_text(pid, "id" not in row)))
             continue
         if _text(row.get("text")) is None:
-            skips(DataError(path, lineno, "text", "missing or empty"))
+            why = why_not_text(row.get("text"), "text" not in row)
+            skips(DataError(path, lineno, "text", why))
             continue
         if pid in seen:
             skips(DataError(path, lineno, "id", f"duplicate passage id {pid!r}"))

@@ -27,6 +27,7 @@ from densex.corpus.segment import (
     split_sentences_many,
 )
 from densex.utils.cache import artifact_dir, content_key, hash_file
+from densex.utils.integrity import file_records, handle_damage, remove_orphans, verify_files
 from densex.utils.io import DataError, read_json, write_jsonl, write_manifest
 from densex.utils.logging import get_logger
 
@@ -280,11 +281,17 @@ def build_units(
     out = Path(out_dir)
     key = units_key(corpus_cfg, propositions_path)
     manifest_path = out / "manifest.json"
+    remove_orphans(out)
     if manifest_path.exists() and not overwrite:
         manifest = read_json(manifest_path)
         if manifest.get("key") == key and isinstance(manifest.get("units"), dict):
             files = _files(out, manifest)
-            if files.passages.exists() and all(p.exists() for p in files.units.values()):
+            names = [files.passages.name, *(p.name for p in files.units.values())]
+            records = manifest.get("files") or {}
+            problems = verify_files(out, {n: records.get(n) for n in names})
+            if not handle_damage(
+                problems, "units", f"rebuild: rm -r {out} (or cache.on_damaged=rebuild)"
+            ):
                 log.info("units: reusing %s", out)
                 return files
     # the old manifest goes first: a crash mid-rebuild must not leave files that look complete
@@ -329,8 +336,10 @@ def build_units(
     else:
         (out / "proposition.jsonl").unlink(missing_ok=True)
     write_jsonl(out / "passages.jsonl", passages)
+    names = ["passages.jsonl", *(f"{g}.jsonl" for g in units)]
     manifest = {
         "key": key,
+        "files": file_records(out, names),  # size + content hash, verified before reuse
         "corpus": corpus_cfg.get("name"),
         "format_version": UNITS_FORMAT_VERSION,
         "units": units,

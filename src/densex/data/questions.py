@@ -34,9 +34,9 @@ from typing import Any
 
 import regex
 
-from densex.corpus.readers import Skips, load_hf, numbered_jsonl
+from densex.corpus.readers import Skips, load_hf, numbered_jsonl, why_not_text
 from densex.metrics.answers import compile_answer_pattern
-from densex.utils.io import DataError, read_json
+from densex.utils.io import DataError, decode_line, read_json
 from densex.utils.logging import get_logger
 
 log = get_logger(__name__)
@@ -75,7 +75,8 @@ class _Collector:
         line, qid, question, answers, extra, where = raw
         answers_field = where + answers_field
         if not isinstance(question, str) or not question.strip():
-            return self.skips(DataError(source, line, f"{where}question", "missing or empty"))
+            why = why_not_text(question, missing=question is None)
+            return self.skips(DataError(source, line, f"{where}question", why))
         if not isinstance(answers, (list, tuple)):
             what = (
                 "missing" if answers is None else f"expected a list, got {type(answers).__name__}"
@@ -113,10 +114,16 @@ def _jsonl(path: Path, skips: Skips, id_key: str | None, answers_key: str) -> It
 def _dpr_tsv(path: Path, skips: Skips) -> Iterator[_Raw]:
     if not path.exists():
         raise DataError(path, None, None, "file not found")
-    with path.open(encoding="utf-8", newline="") as f:
-        reader = csv.reader(f, delimiter="\t")
-        for record in reader:
-            line = reader.line_num
+    with path.open("rb") as f:  # bytes: a bad byte is a located, skippable error
+        offset = 0
+        for line, raw in enumerate(f, start=1):
+            start, offset = offset, offset + len(raw)
+            try:
+                text = decode_line(raw, path, line, start)
+            except DataError as e:
+                skips(e)
+                continue
+            record = next(csv.reader([text.rstrip("\r\n")], delimiter="\t"), [])
             if not record or (len(record) == 1 and not record[0].strip()):
                 continue
             if line == 1 and [c.strip().lower() for c in record] == ["question", "answers"]:
@@ -373,13 +380,16 @@ def load_dataset_questions(
     limit: int | None = None,
     *,
     unmatchable: list[UnmatchablePattern] | None = None,
+    skips: Skips | None = None,
 ) -> list[dict]:
     """The questions of a `conf/dataset/*.yaml` entry. With `match: regex`, the answer
     patterns are compiled up front as the scorer compiles them: a pattern broken as written
     raises a `DataError`; one that only fails once NFD-normalised is kept (it never matches, as
     in DPR) and logged with its file and line, and appended to `unmatchable` when given.
     `format: beir` reads BEIR `queries.jsonl` (no answers), kept to the ids of the config's
-    `qrels` file when it is a BEIR/TREC one."""
+    `qrels` file when it is a BEIR/TREC one.
+    `skips` (a `Skips` with the dataset's `on_error` policy) receives the skipped records, so
+    the caller can count them in its results."""
     if dataset_cfg["format"] == "beir":
         from densex.data.beir import load_beir_queries
         from densex.data.qrels import read_qrels
@@ -396,7 +406,7 @@ def load_dataset_questions(
         limit=limit if limit is not None else dataset_cfg.get("limit"),
         id_prefix=dataset_cfg.get("name"),
         hf_schema=dataset_cfg.get("hf_schema"),
-        skips=Skips(dataset_cfg.get("on_error") or "raise"),
+        skips=skips if skips is not None else Skips(dataset_cfg.get("on_error") or "raise"),
     )
     if (dataset_cfg.get("match") or "string") == "regex":
         found = _check_regex_answers(collector)

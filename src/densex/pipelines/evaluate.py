@@ -88,16 +88,21 @@ def run(cfg: DictConfig) -> float:
         from densex.pipelines.propositions import run as run_propositions
 
         return run_propositions(cfg)
+    from densex.corpus.readers import Skips
     from densex.data.questions import load_dataset_questions
     from densex.metrics.answers import has_answer
     from densex.pipelines.fusion import cell_searcher, cell_units_file, fusion_keys, is_rrf
     from densex.pipelines.index import build_corpus_units, generates_propositions, global_rank
     from densex.qa.cell import qa_metrics
     from densex.retrieval.search import retrieve_passages
+    from densex.utils.integrity import configure as configure_cache
+    from densex.utils.integrity import remove_orphans
 
+    configure_cache(cfg.get("cache"))  # verification / shard-size policy for this process
     t_start = time.perf_counter()
     out_dir = Path(cfg.paths.output_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
+    remove_orphans(out_dir)  # temp files of a killed earlier attempt in this run dir
     topk = sorted({int(k) for k in cfg.topk})
     if not topk or topk[0] < 1:
         raise ValueError(f"topk must be a non-empty list of cut-offs >= 1, got {list(cfg.topk)}")
@@ -122,8 +127,9 @@ def run(cfg: DictConfig) -> float:
 
     limit = cfg.get("limit_questions")
     unmatchable: list = []  # regex answers that NFD breaks: kept (as DPR does), counted
+    q_skips = Skips(cfg.dataset.get("on_error") or "raise")  # on_error=skip: counted in the row
     questions = load_dataset_questions(
-        cfg.dataset, limit=int(limit) if limit else None, unmatchable=unmatchable
+        cfg.dataset, limit=int(limit) if limit else None, unmatchable=unmatchable, skips=q_skips
     )
     if not questions:
         raise DataError(str(cfg.dataset.get("path", cfg.dataset)), None, None, "no questions")
@@ -198,6 +204,8 @@ def run(cfg: DictConfig) -> float:
         **metrics,
         "n_questions": len(questions),
         "n_unmatchable_answers": len(unmatchable),
+        "n_questions_skipped": q_skips.total,
+        "questions_skipped_by_field": dict(q_skips.by_field),
         "n_units": len(units),
         "n_passages": len(passages),
         "time_units_s": round(t_units, 3),

@@ -20,6 +20,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from densex.utils.cache import artifact_dir, content_key, hash_file
+from densex.utils.integrity import configure, handle_damage, remove_orphans, verify_files
 from densex.utils.logging import get_logger
 
 log = get_logger(__name__)
@@ -90,7 +91,8 @@ def generated_propositions(cfg: DictConfig, passages_path: Path) -> Path:
     from densex.propositionizer.generate import generate_propositions
 
     path = generated_propositions_path(cfg, passages_path)
-    if path.exists():
+    remove_orphans(path.parent)
+    if path.exists() and _propositions_intact(path):
         log.info("propositions cached at %s", path)
         return path
     generate_propositions(passages_path, cfg.propositionizer, path, cfg.get("trainer"))
@@ -98,6 +100,20 @@ def generated_propositions(cfg: DictConfig, passages_path: Path) -> Path:
         # ddp: generate.py lets rank 0 merge the shards; the other ranks wait for its file
         wait_for_file(path)
     return path
+
+
+def _propositions_intact(path: Path) -> bool:
+    """Whether a cached propositions file matches the size + hash its manifest recorded;
+    damaged (or unrecorded) ones are reported and regenerated (`cache.on_damaged`)."""
+    from densex.propositionizer.generate import manifest_path
+    from densex.utils.io import DataError, read_json
+
+    try:
+        record = read_json(manifest_path(path)).get("file")
+    except DataError:
+        record = None
+    problems = verify_files(path.parent, {path.name: record})
+    return not handle_damage(problems, "propositions", f"rebuild: rm -r {path.parent}")
 
 
 def wait_for_file(path: Path, timeout_s: float = 3600.0, poll_s: float = 1.0) -> Path:
@@ -142,6 +158,7 @@ def generates_propositions(cfg: DictConfig) -> bool:
 
 def run(cfg: DictConfig) -> None:
     """Run `cfg.stage` (and the stages it needs)."""
+    configure(cfg.get("cache"))  # verification / shard-size policy for this process
     stage = str(cfg.get("stage", "all"))
     if stage not in STAGES:
         raise ValueError(f"stage must be one of {STAGES}, got {stage!r}")
@@ -171,7 +188,7 @@ def run(cfg: DictConfig) -> None:
 
 def embed_units(cfg: DictConfig, units_path: Path) -> Path | None:
     """Only the (resumable, cached) unit embeddings, in the directory the index stage reads."""
-    from densex.retrieval.build import embeddings_dir
+    from densex.retrieval.build import default_shard_size, embeddings_dir
     from densex.retrieval.encode import encode_units_to_dir
     from densex.retrieval.encoders import RetrieverSpec
 
@@ -181,9 +198,12 @@ def embed_units(cfg: DictConfig, units_path: Path) -> Path | None:
         )
         return None
     spec = RetrieverSpec.from_cfg(cfg.retriever)
-    emb_dir = embeddings_dir(units_path, spec, cfg.paths.cache_dir)
-    if (emb_dir / "manifest.json").exists():
+    shard_size = default_shard_size(units_path)
+    emb_dir = embeddings_dir(units_path, spec, cfg.paths.cache_dir, shard_size)
+    # reuses a verified complete dir, resumes a partial one, re-encodes damaged shards
+    store = encode_units_to_dir(
+        units_path, spec, emb_dir, cfg.get("trainer"), shard_size=shard_size
+    )
+    if store.reused:
         log.info("embeddings cached at %s", emb_dir)
-    else:
-        encode_units_to_dir(units_path, spec, emb_dir, cfg.get("trainer"))
     return emb_dir

@@ -16,6 +16,8 @@ from omegaconf import DictConfig, OmegaConf
 from densex.utils.io import write_json
 from densex.utils.logging import get_logger
 from densex.utils.models import resolve_precision
+from densex.utils.resume import RNGState
+from densex.utils.secrets import redact_config
 from densex.utils.trainer import CloseSpawnedProcessGroup
 
 log = get_logger(__name__)
@@ -122,7 +124,7 @@ def best_checkpoint(
         return "", None, None
 
     def load(path: str) -> dict[str, Any]:
-        return torch.load(path, map_location="cpu", weights_only=False)
+        return torch.load(path, map_location="cpu", weights_only=True)
 
     path = cb.best_model_path
     if not path:  # ddp_spawn: find it in the state saved with another callback's checkpoint
@@ -155,26 +157,41 @@ def _callback_state(ckpt: dict[str, Any], cb: Any, monitor: str) -> dict[str, An
     )
 
 
+def checkpoint_dir(cfg: DictConfig) -> Path:
+    """Where this run's resume checkpoints go (`callbacks.last_checkpoint.dirpath`)."""
+    cb = (cfg.get("callbacks") or {}).get("last_checkpoint") or {}
+    return Path(cb.get("dirpath") or Path(cfg.paths.output_dir) / "checkpoints")
+
+
 def _resolve_ckpt(ckpt_path: str | None, cfg: DictConfig) -> str | None:
-    """`last` means this run dir's `checkpoints/last.ckpt`; a missing file is an error, not a
-    silent fresh start."""
+    """`last`: the newest checkpoint of this run dir (mid-epoch step checkpoints included),
+    an error saying there is none otherwise; `auto`: the same, or a clean start when there is
+    none (a requeued cluster job); a path must exist."""
+    from densex.utils.resume import newest_checkpoint
+
     if not ckpt_path:
         return None
-    if ckpt_path == "last":
-        cb = (cfg.get("callbacks") or {}).get("last_checkpoint") or {}
-        ckpt_dir = cb.get("dirpath") or str(Path(cfg.paths.output_dir) / "checkpoints")
-        ckpt_path = str(Path(ckpt_dir) / "last.ckpt")
+    if ckpt_path in ("last", "auto"):
+        ckpt_dir = checkpoint_dir(cfg)
+        newest = newest_checkpoint(ckpt_dir)
+        if newest is None:
+            if ckpt_path == "auto":
+                log.info("ckpt_path=auto: no checkpoint in %s, starting from scratch", ckpt_dir)
+                return None
+            raise FileNotFoundError(
+                f"ckpt_path=last: there is no checkpoint in {ckpt_dir} (nothing to resume); "
+                "start fresh with ckpt_path=null, or use ckpt_path=auto to resume when there is one"
+            )
+        log.info("resuming from the newest checkpoint %s", newest)
+        return str(newest)
     if not Path(ckpt_path).exists():
         raise FileNotFoundError(f"ckpt_path not found: {ckpt_path}")
     return ckpt_path
 
 
 def _resolve_ckpt_or_none(cfg: DictConfig) -> str | None:
-    """This run dir's last.ckpt, if training wrote one."""
-    try:
-        return _resolve_ckpt("last", cfg)
-    except FileNotFoundError:
-        return None
+    """This run dir's newest checkpoint, if training wrote one."""
+    return _resolve_ckpt("auto", cfg)
 
 
 def _instantiate_all(group: DictConfig | None) -> list[Any]:
@@ -236,7 +253,8 @@ def run(cfg: DictConfig) -> float:
     if torch.cuda.is_available():
         torch.set_float32_matmul_precision("high")
     # a spawned worker must close its process group or it may abort at exit (see the callback)
-    callbacks = [*_instantiate_all(cfg.get("callbacks")), CloseSpawnedProcessGroup()]
+    # RNGState: generator states in every checkpoint, so a resumed run continues bit for bit
+    callbacks = [*_instantiate_all(cfg.get("callbacks")), CloseSpawnedProcessGroup(), RNGState()]
     loggers = build_loggers(cfg)
     if not loggers:  # logger=none: a learning-rate monitor has nowhere to log (Lightning raises)
         callbacks = [c for c in callbacks if not isinstance(c, pl.callbacks.LearningRateMonitor)]
@@ -250,7 +268,7 @@ def run(cfg: DictConfig) -> float:
         precision=resolve_precision(cfg.trainer.get("precision", "auto")),
     )
     hparams = {
-        "cfg": OmegaConf.to_container(cfg, resolve=True),
+        "cfg": redact_config(OmegaConf.to_container(cfg, resolve=True)),  # loggers: no secrets
         "model_path": model_path,
         "accumulate_grad_batches": accumulate,
         "per_device_batch_size": per_device,
@@ -262,7 +280,8 @@ def run(cfg: DictConfig) -> float:
 
     if cfg.get("validate_first"):
         trainer.validate(module, datamodule=datamodule)
-    trainer.fit(module, datamodule=datamodule, ckpt_path=_resolve_ckpt(cfg.get("ckpt_path"), cfg))
+    ckpt_path = _resolve_ckpt(cfg.get("ckpt_path"), cfg)
+    trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path, weights_only=True)
 
     best_path, best, best_ckpt = "", None, None
     if trainer.is_global_zero:  # the score from the best checkpoint file (ddp_spawn-safe)
@@ -278,7 +297,7 @@ def run(cfg: DictConfig) -> float:
         epochs, step = trainer.current_epoch, trainer.global_step
         last = _resolve_ckpt_or_none(cfg)
         if last and step == 0:  # ddp_spawn: the launcher process does not see the loop state
-            ckpt = torch.load(last, map_location="cpu", weights_only=False)
+            ckpt = torch.load(last, map_location="cpu", weights_only=True)
             epochs, step = ckpt["epoch"] + 1, ckpt["global_step"]
         summary = {
             "best_val_set_f1": best_f1,
@@ -299,7 +318,9 @@ def run(cfg: DictConfig) -> float:
             }
             del best_ckpt
         export = module.export_hf(
-            out_dir / "hf_model", config=OmegaConf.to_container(cfg, resolve=True), **summary
+            out_dir / "hf_model",
+            config=redact_config(OmegaConf.to_container(cfg, resolve=True)),
+            **summary,
         )
         write_json(out_dir / "train_summary.json", {**summary, "hf_model": str(export)})
         log.info("best val/set_f1 %.4f; exported %s", best_f1, export)

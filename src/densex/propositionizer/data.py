@@ -26,6 +26,7 @@ from torch.utils.data import DataLoader, DistributedSampler
 from densex.propositionizer.backbone import end_token_id, target_ids, truncate_ids
 from densex.utils.io import DataError, numbered_jsonl
 from densex.utils.logging import get_logger
+from densex.utils.resume import ResumableDataLoader, epoch_batches_done
 
 log = get_logger(__name__)
 
@@ -453,7 +454,8 @@ class PropositionDataModule(pl.LightningDataModule):
             sampler = DistributedSampler(
                 self.train_items, num_replicas=world, rank=rank, shuffle=True, seed=h.seed
             )
-        return DataLoader(
+        # resumable mid-epoch: a checkpoint records the batches done, a restore skips them
+        return ResumableDataLoader(
             self.train_items,
             batch_size=h.per_device_batch_size,
             sampler=sampler,
@@ -461,7 +463,11 @@ class PropositionDataModule(pl.LightningDataModule):
             collate_fn=self._collate,
             num_workers=h.num_workers,
             generator=torch.Generator().manual_seed(h.seed) if sampler is None else None,
+            progress=self._train_batches_done,
         )
+
+    def _train_batches_done(self) -> int:
+        return epoch_batches_done(getattr(self, "trainer", None))
 
     def val_dataloader(self) -> DataLoader:
         """Validation items sorted by source length (generation batches pad little); under DDP

@@ -16,6 +16,7 @@ the manifest. A hub id is fingerprinted by its resolved commit (see `_model_fing
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 from collections.abc import Mapping, Sequence
@@ -31,11 +32,13 @@ from densex.corpus.readers import Skips, read_passages
 from densex.propositionizer.data import format_source
 from densex.propositionizer.parse import (
     FALLBACK_MODES,
+    ParseLimits,
     ParseStats,
     SentenceSplitter,
     resolve_output,
 )
 from densex.utils.cache import content_key, hash_file
+from densex.utils.integrity import remove_orphans
 from densex.utils.io import DataError, read_jsonl, write_jsonl, write_manifest
 from densex.utils.logging import get_logger
 from densex.utils.models import resolve_dtype, resolve_model
@@ -44,6 +47,7 @@ from densex.utils.trainer import predict_trainer
 log = get_logger(__name__)
 
 __all__ = [
+    "ParseLimits",
     "PropositionGenerator",
     "cfg_get",
     "PropositionShardWriter",
@@ -82,19 +86,37 @@ def write_propositions(
     out_path: str | os.PathLike,
     fallback: str = "sentences",
     spacy_model: str | None = "en_core_web_lg",
+    limits: ParseLimits | None = None,
     **manifest: Any,
 ) -> ParseStats:
-    """Parse every raw output (with fallbacks) and write the propositions file + manifest.
+    """Parse every raw output (with fallbacks, within `limits`) and write the propositions
+    file + manifest (with the file's size and content hash, checked before reuse).
 
-    One row per passage, in passage order: N passages in, N rows out.
+    One row per passage, in passage order: N passages in, N rows out. An error while parsing
+    names the passage; rejected outputs are counted and the first few ids logged.
     """
+    from densex.utils.integrity import file_record
+
     if len(raws) != len(passages):
         raise ValueError(f"{len(raws)} outputs for {len(passages)} passages")
     split = SentenceSplitter(spacy_model)
     stats = ParseStats()
-    rows = []
+    limits = limits or ParseLimits()
+    rows, rejected_ids = [], []
     for passage, raw in zip(passages, raws):
-        resolved = resolve_output(raw, passage["text"], fallback, split)
+        try:
+            resolved = resolve_output(raw, passage["text"], fallback, split, limits)
+        except Exception as e:
+            raise ValueError(f"passage {passage['id']!r}: parsing its output failed: {e}") from e
+        if resolved.result.rejected:
+            rejected_ids.append(passage["id"])
+            if len(rejected_ids) <= 5:
+                log.warning(
+                    "passage %r: output rejected (%s); fallback %s",
+                    passage["id"],
+                    resolved.result.error,
+                    fallback,
+                )
         stats.add(resolved)
         rows.append({"id": passage["id"], "propositions": resolved.propositions})
     write_jsonl(out_path, rows)
@@ -103,7 +125,10 @@ def write_propositions(
         manifest_path(out_path),
         artifact=Path(out_path).name,
         **counts,
+        rejected_examples=rejected_ids[:20],
+        limits=dataclasses.asdict(limits),
         fallback=fallback,
+        file=file_record(out_path),
         **manifest,
     )
     log.info(
@@ -331,6 +356,7 @@ def _generate_with_model(
         **{k: v for k, v in settings.items() if k != "batch_size"},
     )
     shard_dir = out_path.parent / "shards" / key
+    remove_orphans(shard_dir)  # temp files of a killed earlier run
     shards = [
         {
             "shard": k,
@@ -379,6 +405,7 @@ def _generate_with_model(
         out_path,
         fallback=str(cfg_get(cfg, "fallback", "sentences")),
         spacy_model=cfg_get(cfg, "spacy_model", "en_core_web_lg"),
+        limits=ParseLimits.from_cfg(cfg),
         type="model",
         model=model,
         model_commit=fingerprint.get("commit"),

@@ -12,6 +12,7 @@ configured fallback (the passage's sentences, the passage itself, or nothing) an
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from collections import Counter
@@ -21,11 +22,13 @@ from typing import Any
 
 __all__ = [
     "FALLBACK_MODES",
+    "ParseLimits",
     "ParseResult",
     "ParseStats",
     "Resolved",
     "SentenceSplitter",
     "fallback_propositions",
+    "nesting_depth",
     "parse_propositions",
     "resolve_output",
 ]
@@ -38,6 +41,54 @@ _BULLET = re.compile(r"^\s*(?:[-*\u2022\u2013]|\d{1,3}[.)])\s+(.+?)\s*$")
 _DELIM = re.compile(r"[,\]]")
 _MAX_CANDIDATES = 50  # '[' positions tried before giving up (bounded work on long garbage)
 _ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "b": "\b", "f": "\f", "/": "/", "\\": "\\"}
+
+
+@dataclass(frozen=True)
+class ParseLimits:
+    """Caps on untrusted output (a teacher's reply, a model's generation); config values.
+
+    A reply longer than `max_reply_chars`, nested deeper than `max_depth` brackets, or with more
+    than `max_propositions` items is rejected whole (`ParseResult.rejected`: the fallback
+    stands in and a teacher never caches it); a proposition of more than
+    `max_proposition_words` words is dropped (counted). The parser itself never recurses.
+    """
+
+    max_reply_chars: int = 100_000
+    max_depth: int = 32
+    max_propositions: int = 256
+    max_proposition_words: int = 200
+
+    @classmethod
+    def from_cfg(cls, cfg: Any) -> ParseLimits:
+        """From a propositionizer config (missing or null keys keep the defaults)."""
+        kwargs = {}
+        for f in dataclasses.fields(cls):
+            value = cfg.get(f.name) if cfg is not None else None
+            if value is not None:
+                kwargs[f.name] = int(value)
+        return cls(**kwargs)
+
+
+_NEST = re.compile(r'"(?:[^"\\]|\\.)*"|"|[\[\]{}]')
+
+
+def nesting_depth(s: str, stop_above: int | None = None) -> int:
+    """Deepest bracket (`[`/`{`) nesting outside double-quoted strings, without recursion;
+    stops counting once it exceeds `stop_above`."""
+    depth = deepest = 0
+    for m in _NEST.finditer(s):
+        tok = m.group()
+        if tok == '"':  # an unterminated string: the rest is text
+            break
+        if tok in "[{":
+            depth += 1
+            if depth > deepest:
+                deepest = depth
+                if stop_above is not None and deepest > stop_above:
+                    break
+        elif tok in "]}":
+            depth = max(0, depth - 1)
+    return deepest
 
 
 @dataclass(frozen=True)
@@ -54,6 +105,8 @@ class ParseResult:
     error: str | None = None
     dropped: int = 0
     repairs: tuple[str, ...] = ()
+    rejected: str | None = None  # too_long | too_deep | too_many: refused whole (see ParseLimits)
+    too_long_items: int = 0  # propositions dropped for exceeding max_proposition_words
 
 
 def _clean_items(items: list[Any]) -> tuple[list[str], int]:
@@ -170,7 +223,7 @@ def _scan_list(
                 value, j = _DECODER.raw_decode(s, i)
                 spans += _json_string_spans(s, i, j)
                 i = j
-            except json.JSONDecodeError:
+            except (json.JSONDecodeError, RecursionError):
                 m = _DELIM.search(s, i)
                 value, i = None, (m.start() if m else n)
             items.append(_Dropped(value))
@@ -201,18 +254,47 @@ def _bullets(text: str) -> list[str]:
     return items
 
 
-def parse_propositions(text: str | None) -> ParseResult:
-    """Parse a model's output into propositions: strict JSON, then repairs, else not ok.
+def parse_propositions(text: str | None, limits: ParseLimits | None = None) -> ParseResult:
+    """Parse a model's output into propositions: strict JSON, then repairs, else not ok;
+    untrusted output beyond `limits` (default `ParseLimits()`) is rejected (see there).
 
     Repair kinds reported in `repairs`: fence, prefix, suffix, object, trailing_comma,
     single_quotes, unescaped_quotes, missing_comma, truncated, bullets.
     """
+    limits = limits or ParseLimits()
+    if text is not None and len(text) > limits.max_reply_chars:
+        return _rejected("too_long", f"{len(text)} characters > max_reply_chars")
     s = (text or "").strip().lstrip("\ufeff").strip()
     if not s:
         return ParseResult([], ok=False, repaired=False, error="empty output")
+    depth = nesting_depth(s, stop_above=limits.max_depth)
+    if depth > limits.max_depth:
+        return _rejected("too_deep", f"brackets nested over {limits.max_depth} deep")
+    return _apply_limits(_parse(s), limits)
+
+
+def _rejected(kind: str, why: str) -> ParseResult:
+    return ParseResult([], ok=False, repaired=False, error=f"rejected: {why}", rejected=kind)
+
+
+def _apply_limits(result: ParseResult, limits: ParseLimits) -> ParseResult:
+    if not result.ok:
+        return result
+    kept = [p for p in result.propositions if len(p.split()) <= limits.max_proposition_words]
+    too_long = len(result.propositions) - len(kept)
+    if len(kept) > limits.max_propositions:
+        return _rejected("too_many", f"{len(kept)} propositions > max_propositions")
+    if too_long:
+        return dataclasses.replace(
+            result, propositions=kept, too_long_items=too_long, dropped=result.dropped + too_long
+        )
+    return result
+
+
+def _parse(s: str) -> ParseResult:
     try:
         value = json.loads(s)
-    except json.JSONDecodeError:
+    except (json.JSONDecodeError, RecursionError):
         value = None
     else:
         if isinstance(value, list):
@@ -242,7 +324,7 @@ def parse_propositions(text: str | None) -> ParseResult:
         try:
             items, end = _DECODER.raw_decode(body, pos)
             strict = found = isinstance(items, list)
-        except json.JSONDecodeError:
+        except (json.JSONDecodeError, RecursionError):
             strict = found = False
         if found:
             spans += _json_string_spans(body, pos, end)
@@ -319,7 +401,7 @@ class Resolved:
     propositions: list[str]
     result: ParseResult
     fallback: str | None = None  # the fallback mode used, if any
-    reason: str | None = None  # why: "unparseable" | "empty"
+    reason: str | None = None  # why: "unparseable" | "empty" | "rejected"
 
 
 def resolve_output(
@@ -327,14 +409,16 @@ def resolve_output(
     passage_text: str,
     fallback: str = "sentences",
     split: Callable[[str], list[str]] | None = None,
+    limits: ParseLimits | None = None,
 ) -> Resolved:
-    """Parse `raw`; if nothing usable comes out, use the fallback (and say why)."""
+    """Parse `raw` (within `limits`); if nothing usable comes out, use the fallback (and say
+    why)."""
     if fallback not in FALLBACK_MODES:
         raise ValueError(f"unknown fallback {fallback!r}; expected one of {FALLBACK_MODES}")
-    result = parse_propositions(raw)
+    result = parse_propositions(raw, limits)
     if result.ok and result.propositions:
         return Resolved(result.propositions, result)
-    reason = "unparseable" if not result.ok else "empty"
+    reason = "rejected" if result.rejected else "unparseable" if not result.ok else "empty"
     return Resolved(fallback_propositions(passage_text, fallback, split), result, fallback, reason)
 
 
@@ -351,6 +435,8 @@ class ParseStats:
     repairs: Counter = field(default_factory=Counter)
     fallbacks: Counter = field(default_factory=Counter)
     fallback_reasons: Counter = field(default_factory=Counter)
+    rejected: Counter = field(default_factory=Counter)  # by kind: too_long|too_deep|too_many
+    too_long_items: int = 0
 
     def add(self, r: Resolved) -> None:
         self.passages += 1
@@ -360,6 +446,9 @@ class ParseStats:
         self.items_dropped += r.result.dropped
         self.propositions += len(r.propositions)
         self.repairs.update(r.result.repairs)
+        self.too_long_items += r.result.too_long_items
+        if r.result.rejected:
+            self.rejected[r.result.rejected] += 1
         if r.fallback is not None:
             self.fallbacks[r.fallback] += 1
             self.fallback_reasons[r.reason] += 1
@@ -379,5 +468,8 @@ class ParseStats:
             "fallback_reasons": dict(sorted(self.fallback_reasons.items())),
             "repairs": dict(sorted(self.repairs.items())),
             "items_dropped": self.items_dropped,
+            "rejected": dict(sorted(self.rejected.items())),
+            "rejected_total": sum(self.rejected.values()),
+            "too_long_items": self.too_long_items,
             "propositions": self.propositions,
         }

@@ -34,9 +34,11 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from densex.propositionizer.generate import cfg_get, passage_source, write_propositions
+from densex.propositionizer.parse import ParseLimits, parse_propositions
 from densex.utils.cache import hash_file
 from densex.utils.io import DataError, read_json, write_json
 from densex.utils.logging import get_logger
+from densex.utils.secrets import redact_text, secret_values
 
 log = get_logger(__name__)
 
@@ -135,8 +137,11 @@ class Teacher:
         seed: int | None = None,
         cache_namespace: str | None = None,
         ok_finish_reasons: Sequence[str | None] = OK_FINISH_REASONS,
+        limits: ParseLimits | None = None,
     ):
         self.model = model
+        # replies beyond these caps (size, nesting, count) are bad: retried, never cached
+        self.limits = limits or ParseLimits()
         self.base_url = base_url
         # what separates cache entries of different servers serving the same model name
         self.namespace = str(cache_namespace) if cache_namespace else endpoint_id(base_url)
@@ -156,6 +161,7 @@ class Teacher:
         self._rng = random.Random(seed)
         self._lock = threading.Lock()
         self._client = None
+        self._key: str | None = None
         self.counts = {
             "requests": 0,
             "retries": 0,
@@ -183,6 +189,7 @@ class Teacher:
                     )
             else:
                 key = "EMPTY"  # local vLLM/TGI servers accept any key
+            self._key = key if key != "EMPTY" else None
             self._client = OpenAI(
                 api_key=key, base_url=self.base_url, max_retries=0, timeout=self.timeout
             )
@@ -275,7 +282,20 @@ class Teacher:
             return reply, "empty content"
         if finish not in self.ok_finish_reasons:
             return reply, f"finish_reason={finish!r}"
+        parsed = parse_propositions(content, self.limits)
+        if parsed.rejected:
+            return reply, f"rejected: {parsed.rejected}"
         return reply, None
+
+    def _raise(self, message: str, cause: BaseException) -> None:
+        """Raise `TeacherError(message)`: chained to the provider's error only when that error's
+        text holds no secret (a 401 body may echo the key); else with the text redacted."""
+        text = str(cause)
+        secrets = [s for s in (self._key, *secret_values()) if s]
+        if any(s in text for s in secrets) or redact_text(text) != text:
+            detail = redact_text(text, extra=secrets)
+            raise TeacherError(f"{message}: {detail}") from None
+        raise TeacherError(f"{message}: {text}") from cause
 
     def _complete(self, prompt: str) -> TeacherReply:
         import openai
@@ -295,9 +315,9 @@ class Teacher:
                 retryable = status is None or status in _RETRY_STATUS or status >= 500
                 what = f"{type(e).__name__}" + (f" (HTTP {status})" if status else "")
                 if not retryable:
-                    raise TeacherError(f"{self.model}: {what}; not retried") from e
+                    self._raise(f"{self.model}: {what}; not retried", e)
                 if attempt == self.max_retries:
-                    raise TeacherError(f"{self.model}: {what} after {attempt + 1} attempts") from e
+                    self._raise(f"{self.model}: {what} after {attempt + 1} attempts", e)
                 delay = self._delay(attempt, e)
                 log.warning("%s; retry %d/%d in %.2fs", what, attempt + 1, self.max_retries, delay)
                 with self._lock:
@@ -339,7 +359,11 @@ class Teacher:
             with self._lock:
                 self.counts["cache_hits"] += 1
             return hit
-        reply = self._complete(fill_prompt(self.template, passage))
+        try:
+            reply = self._complete(fill_prompt(self.template, passage))
+        except TeacherError as e:
+            cause = e.__cause__
+            raise TeacherError(f"passage {passage.get('id')!r}: {e}") from cause
         if reply.bad is None:
             self._store(key, source, reply)
         return reply
@@ -391,6 +415,7 @@ def teacher_from_config(cfg: Any, default_cache_dir: str | os.PathLike) -> Teach
         seed=cfg_get(cfg, "seed"),
         cache_namespace=cfg_get(cfg, "cache_namespace"),
         ok_finish_reasons=tuple(cfg_get(cfg, "ok_finish_reasons", OK_FINISH_REASONS)),
+        limits=ParseLimits.from_cfg(cfg),
     )
 
 
@@ -417,6 +442,7 @@ def generate_with_teacher(
         out_path,
         fallback=str(cfg_get(cfg, "fallback", "sentences")),
         spacy_model=cfg_get(cfg, "spacy_model", "en_core_web_lg"),
+        limits=teacher.limits,
         type="teacher",
         model=teacher.model,
         base_url=_redact_url(teacher.base_url),

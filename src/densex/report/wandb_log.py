@@ -14,6 +14,8 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from densex.utils.secrets import redact_config
+
 
 def wandb_settings(cfg: DictConfig) -> dict[str, Any] | None:
     """The `logger.wandb` node as a plain dict, or None when W&B is not selected.
@@ -83,7 +85,7 @@ def init_run(
         job_type=job_type or settings.get("job_type"),
         dir=save_dir,
         mode=os.environ.get("WANDB_MODE") or ("offline" if offline else "online"),
-        config=config,
+        config=redact_config(config) if config is not None else None,  # no secret in W&B
         reinit="finish_previous",
     )
 

@@ -18,6 +18,7 @@ import bm25s
 import numpy as np
 from bm25s.tokenization import Tokenizer
 
+from densex.utils.integrity import DamagedArtifact, file_records, verify_files
 from densex.utils.io import DataError, read_json, read_jsonl, write_json, write_manifest
 
 SPARSE_KEYS = (
@@ -141,11 +142,13 @@ class BM25Searcher:
             self.model.save(str(tmp), show_progress=False)
             self.tokenizer.save_vocab(str(tmp))
             write_json(tmp / "unit_ids.json", self.unit_ids, indent=None)
+            names = sorted(p.name for p in tmp.iterdir() if p.is_file())
             write_manifest(
                 tmp / "manifest.json",
                 kind="bm25",
                 settings=self.settings,
                 ntotal=self.ntotal,
+                files=file_records(tmp, names),  # size + hash, verified on load
                 **manifest,
             )
             if out.exists():  # a concurrent job finished first: keep theirs
@@ -163,6 +166,12 @@ class BM25Searcher:
         man = read_json(d / "manifest.json")
         if man.get("kind") != "bm25":
             raise DataError(d / "manifest.json", None, "kind", "not a bm25 index manifest")
+        problems = verify_files(d, man.get("files") or {"unit_ids.json": None})
+        if problems:
+            path, why = problems[0]
+            err = DamagedArtifact(path, None, None, f"damaged bm25 index: {why}")
+            err.problems = problems
+            raise err
         settings = man["settings"]
         tok = _tokenizer(settings)
         tok.load_vocab(str(d))

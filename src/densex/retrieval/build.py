@@ -9,6 +9,7 @@ stale artifact. A second call loads both and encodes nothing.
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
@@ -20,12 +21,55 @@ from densex.retrieval.encode import EmbeddingStore, encode_units_to_dir
 from densex.retrieval.encoders import DenseRetriever, RetrieverSpec, _to_dict
 from densex.retrieval.faiss_index import IndexSpec, ShardedIndex, build_index
 from densex.utils.cache import artifact_dir, content_key, hash_file
+from densex.utils.integrity import DamagedArtifact, handle_damage, remove_orphans
 from densex.utils.io import DataError
 from densex.utils.logging import get_logger
 
 log = get_logger(__name__)
 
-DEFAULT_SHARD_SIZE = 50_000
+DEFAULT_SHARD_SIZE = 50_000  # the cap of the `auto` rule (`shard_size_for`)
+SHARD_DEFAULTS = {
+    "embedding_shard_size": "auto",
+    "shard_max_seconds": 120.0,
+    "shard_units_per_second": 200.0,
+    "shard_target_count": 64,
+    "shard_min_size": 256,
+    "shard_max_size": DEFAULT_SHARD_SIZE,
+}
+
+
+def shard_size_for(n_units: int, settings: Mapping[str, Any] | None = None) -> int:
+    """Rows per embedding shard: `cache.embedding_shard_size` when it is an int, else (`auto`)
+    `clamp(min(ceil(n / shard_target_count), shard_max_seconds * shard_units_per_second),
+    shard_min_size, shard_max_size)`: a corpus has at least ~`shard_target_count` shards, a
+    kill loses at most one shard per process, i.e. about `shard_max_seconds` of encoding at the
+    assumed speed, and 257M units still get 50k-row shards (~5k files)."""
+    cfg = {**SHARD_DEFAULTS, **{k: v for k, v in (settings or {}).items() if v is not None}}
+    fixed = cfg["embedding_shard_size"]
+    if str(fixed) != "auto":
+        if int(fixed) < 1:
+            raise ValueError(f"cache.embedding_shard_size must be >= 1 or auto, got {fixed!r}")
+        return int(fixed)
+    by_count = -(-max(n_units, 1) // int(cfg["shard_target_count"]))
+    by_time = int(float(cfg["shard_max_seconds"]) * float(cfg["shard_units_per_second"]))
+    lo, hi = int(cfg["shard_min_size"]), int(cfg["shard_max_size"])
+    return max(lo, min(hi, by_count, max(1, by_time)))
+
+
+def count_lines(path: str | Path, chunk: int = 16 << 20) -> int:
+    """Newline-terminated lines of a file (streamed; the units files end every row with one)."""
+    n = 0
+    with open(path, "rb") as f:
+        while block := f.read(chunk):
+            n += block.count(b"\n")
+    return n
+
+
+def default_shard_size(units_path: str | Path) -> int:
+    """`shard_size_for` the units file, with the `cache` settings of this process."""
+    from densex.utils.integrity import policy
+
+    return shard_size_for(count_lines(units_path), policy())
 
 
 @runtime_checkable
@@ -62,8 +106,10 @@ def embeddings_dir(
     units_path: str | Path,
     spec: RetrieverSpec,
     cache_dir: str | Path,
-    shard_size: int = DEFAULT_SHARD_SIZE,
+    shard_size: int | None = None,
 ) -> Path:
+    """`<cache>/embeddings/<retriever>/<key>`; `shard_size` None = `default_shard_size`."""
+    shard_size = shard_size or default_shard_size(units_path)
     key = content_key(
         units=hash_file(units_path), retriever=spec.cache_fields("doc"), shard_size=shard_size
     )
@@ -76,7 +122,7 @@ def load_or_build_searcher(
     index_cfg: Mapping[str, Any] | Any | None,
     cache_dir: str | Path,
     trainer_cfg: Mapping[str, Any] | Any | None = None,
-    shard_size: int = DEFAULT_SHARD_SIZE,
+    shard_size: int | None = None,
 ) -> UnitSearcher:
     """The searcher for (units, retriever, index), built once per content key and then loaded.
 
@@ -91,12 +137,21 @@ def load_or_build_searcher(
         return _load_or_build_bm25(units_path, rcfg, cache_dir)
 
     spec = RetrieverSpec.from_cfg(rcfg)
+    shard_size = shard_size or default_shard_size(units_path)
     emb_dir = embeddings_dir(units_path, spec, cache_dir, shard_size)
-    encoded = not (emb_dir / "manifest.json").exists()
+    # verified (size + hash per shard) before reuse; damaged shards alone are re-encoded
+    store = None
+    if (emb_dir / "manifest.json").exists():
+        try:
+            store = EmbeddingStore.open(emb_dir)
+        except DamagedArtifact as e:
+            handle_damage(e.problems, "embeddings", f"rebuild: rm -r {emb_dir}")
+            (emb_dir / "manifest.json").unlink(missing_ok=True)
+            for path, _ in e.problems:
+                path.unlink(missing_ok=True)
+    encoded = store is None
     if encoded:
         store = encode_units_to_dir(units_path, spec, emb_dir, trainer_cfg, shard_size=shard_size)
-    else:
-        store = EmbeddingStore.open(emb_dir)
 
     ispec = IndexSpec.from_cfg(index_cfg)
     emb_key = emb_dir.name
@@ -107,12 +162,18 @@ def load_or_build_searcher(
         ispec.name,
         key=content_key(embeddings=emb_key, index=ispec.cache_fields()),
     )
-    built = not (idx_dir / "manifest.json").exists()
+    remove_orphans(idx_dir)
+    index = None
+    if (idx_dir / "manifest.json").exists() and not encoded:
+        try:
+            index = ShardedIndex.load(idx_dir, ispec)
+        except DamagedArtifact as e:
+            handle_damage(e.problems, "index", f"rebuild: rm -r {idx_dir}")
+            (idx_dir / "manifest.json").unlink(missing_ok=True)
+    built = index is None
     if built:
         index = build_index(store, ispec)
         index.save(idx_dir, embeddings_dir=str(emb_dir), units_sha256=hash_file(units_path))
-    else:
-        index = ShardedIndex.load(idx_dir, ispec)
     log.info(
         "%s searcher over %d units (%s embeddings, %s index %s)",
         spec.name,
@@ -138,9 +199,16 @@ def _load_or_build_bm25(
     settings = bm25_settings(rcfg)
     key = content_key(units=hash_file(units_path), bm25=settings)
     out = artifact_dir(cache_dir, "bm25", settings["name"], key=key)
-    built = not (out / "manifest.json").exists()
+    searcher = None
+    if (out / "manifest.json").exists():
+        try:
+            searcher = BM25Searcher.load(out)
+        except DamagedArtifact as e:
+            handle_damage(e.problems, "bm25 index", f"rebuild: rm -r {out}")
+            shutil.rmtree(out)
+    built = searcher is None
     if built:
         BM25Searcher.build(units_path, settings).save(out, units_sha256=hash_file(units_path))
-    searcher = BM25Searcher.load(out)
+        searcher = BM25Searcher.load(out)
     searcher.info = {"index_dir": str(out), "index_built": built, "encoded": False}
     return searcher

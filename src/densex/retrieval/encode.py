@@ -25,6 +25,13 @@ from torch.utils.data import DataLoader, Dataset
 
 from densex.retrieval.encoders import RetrieverSpec, TextEncoder, format_units
 from densex.utils.cache import hash_file
+from densex.utils.integrity import (
+    DamagedArtifact,
+    file_record,
+    handle_damage,
+    remove_orphans,
+    verify_files,
+)
 from densex.utils.io import (
     DataError,
     atomic_open,
@@ -59,9 +66,13 @@ class EmbeddingStore:
     def __init__(self, root: Path, manifest: dict[str, Any]) -> None:
         self.root, self.manifest = root, manifest
         self._ids: list[str] | None = None
+        self.reused = False  # set by `encode_units_to_dir` when nothing was encoded
 
     @classmethod
     def open(cls, root: str | Path) -> EmbeddingStore:
+        """Open a complete directory, every shard checked against the manifest's size and
+        content hash first (`utils.integrity`); a mismatch raises `DamagedArtifact` with
+        `.problems` = [(file, why), ...]."""
         root = Path(root)
         man = read_json(root / "manifest.json")
         if not man.get("complete"):
@@ -70,6 +81,16 @@ class EmbeddingStore:
             for key in ("file", "ids"):
                 if not (root / sh[key]).exists():
                     raise DataError(root / sh[key], None, None, "shard listed in manifest missing")
+        records = {}
+        for sh in man["shards"]:
+            records[sh["file"]] = (sh.get("records") or {}).get("file")
+            records[sh["ids"]] = (sh.get("records") or {}).get("ids")
+        problems = verify_files(root, records)
+        if problems:
+            path, why = problems[0]
+            err = DamagedArtifact(path, None, None, f"damaged embedding shard: {why}")
+            err.problems = problems
+            raise err
         return cls(root, man)
 
     @property
@@ -318,14 +339,35 @@ def _read_units(path: Path) -> list[dict[str, Any]]:
     return units
 
 
-def _length_order(encoder: TextEncoder, texts: Sequence[Any], rows: range) -> list[int]:
-    """Rows of one shard, longest first by token count (stable, so ties keep file order)."""
+def _length_order(
+    encoder: TextEncoder, texts: Sequence[Any], rows: range
+) -> tuple[list[int], np.ndarray]:
+    """Rows of one shard, longest first by token count (stable, so ties keep file order), and
+    which of them the tokenizer truncates (more tokens than `max_length` with the specials)."""
     flat = [t if isinstance(t, str) else f"{t[0]} {t[1]}" for t in texts]
+    room = encoder.max_length - encoder.tokenizer.num_special_tokens_to_add(pair=False)
     ids = encoder.tokenizer(
-        flat, add_special_tokens=False, truncation=True, max_length=encoder.max_length
+        flat, add_special_tokens=False, truncation=True, max_length=encoder.max_length + 1
     )["input_ids"]
     lengths = np.array([len(x) for x in ids])
-    return [rows[i] for i in np.argsort(-lengths, kind="stable")]
+    truncated = lengths > room
+    return [rows[i] for i in np.argsort(-lengths, kind="stable")], truncated
+
+
+def _truncation_summary(out: Path, plan: Sequence[tuple[int, int]]) -> dict[str, Any]:
+    """Units the tokenizer truncated, over every shard (`trunc-<stem>.json`, written when the
+    shard was planned): a count and the first ids. Shards encoded by an older version have no
+    such file: they are listed as unknown."""
+    count, examples, unknown = 0, [], 0
+    for s, e in plan:
+        path = out / f"trunc-{shard_stem(s, e)}.json"
+        if not path.exists():
+            unknown += 1
+            continue
+        ids = read_json(path)
+        count += len(ids)
+        examples += ids[: max(0, 20 - len(examples))]
+    return {"count": count, "examples": examples, "shards_unknown": unknown}
 
 
 def encode_units_to_dir(
@@ -357,10 +399,20 @@ def encode_units_to_dir(
         "shard_size": shard_size,
         "dtype": dtype,
     }
+    remove_orphans(out)
     if (out / "manifest.json").exists():
-        store = EmbeddingStore.open(out)
-        if all(store.manifest.get(k) == v for k, v in job.items()):
-            return store
+        try:
+            store = EmbeddingStore.open(out)
+        except DamagedArtifact as e:
+            handle_damage(e.problems, "embeddings", f"rebuild: rm -r {out}")
+            # resume re-encodes exactly the damaged shards
+            (out / "manifest.json").unlink(missing_ok=True)
+            for path, _ in e.problems:
+                path.unlink(missing_ok=True)
+        else:
+            if all(store.manifest.get(k) == v for k, v in job.items()):
+                store.reused = True
+                return store
     units = _read_units(units_path)
     out.mkdir(parents=True, exist_ok=True)
     job_path = out / "encoding.json"
@@ -391,12 +443,26 @@ def encode_units_to_dir(
         texts: dict[int, Any] = {}
         order: dict[tuple[int, int], list[int]] = {}
         ids: dict[tuple[int, int], list[str]] = {}
+        n_truncated, cut_examples = 0, []
         for sh in pending:
             rows = range(*sh)
             shard_texts = texts_all[sh[0] : sh[1]]
             texts.update(zip(rows, shard_texts))
-            order[sh] = _length_order(encoder, shard_texts, rows)
+            order[sh], truncated = _length_order(encoder, shard_texts, rows)
             ids[sh] = [str(units[r]["id"]) for r in rows]
+            cut = [ids[sh][i] for i in np.flatnonzero(truncated)]
+            write_json(out / f"trunc-{shard_stem(*sh)}.json", cut, indent=None)
+            n_truncated += len(cut)
+            if cut and len(cut_examples) < 10:
+                cut_examples += cut[: 10 - len(cut_examples)]
+        if n_truncated:
+            log.warning(
+                "%d units are longer than %s's max_length (%d tokens) and are truncated, e.g. %s",
+                n_truncated,
+                spec.name,
+                encoder.max_length,
+                cut_examples,
+            )
         writer = EmbeddingShardWriter(out, pending, ids, dtype)
         # encoding runs in the retriever's precision (part of the cache key), never the
         # trainer's: `trainer.precision=auto` must not turn cached fp32 vectors into bf16 ones
@@ -439,9 +505,15 @@ def encode_units_to_dir(
                 "ids": f"ids-{shard_stem(s, e)}.json",
                 "start": s,
                 "end": e,
+                # size + content hash per shard file: verified before every reuse
+                "records": {
+                    "file": file_record(out / f"emb-{shard_stem(s, e)}.npy"),
+                    "ids": file_record(out / f"ids-{shard_stem(s, e)}.json"),
+                },
             }
             for s, e in plan
         ],
+        truncated_units=_truncation_summary(out, plan),
         encoded_this_run=encoded,
         resumed_shards=len(done),
         processes=world,

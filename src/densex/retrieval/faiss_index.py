@@ -20,6 +20,7 @@ from typing import Any
 import faiss
 import numpy as np
 
+from densex.utils.integrity import DamagedArtifact, file_record, verify_files
 from densex.utils.io import DataError, atomic_open, read_json, write_manifest
 from densex.utils.logging import get_logger
 
@@ -221,7 +222,14 @@ class ShardedIndex:
             name = f"shard-{i:03d}-of-{len(self.shards):03d}.faiss"
             with atomic_open(out / name, "wb") as f:
                 faiss.write_index(cpu, faiss.PyCallbackIOWriter(f.write))
-            files.append({"file": name, "offset": self.offsets[i], "ntotal": int(shard.ntotal)})
+            files.append(
+                {
+                    "file": name,
+                    "offset": self.offsets[i],
+                    "ntotal": int(shard.ntotal),
+                    "record": file_record(out / name),  # size + hash, verified on load
+                }
+            )
         write_manifest(
             out / "manifest.json",
             kind="faiss_index",
@@ -243,6 +251,12 @@ class ShardedIndex:
             raise DataError(d / "manifest.json", None, "kind", "not a faiss index manifest")
         saved = IndexSpec.from_cfg(man["spec"])
         spec = spec or saved
+        problems = verify_files(d, {e["file"]: e.get("record") for e in man["shards"]})
+        if problems:
+            path, why = problems[0]
+            err = DamagedArtifact(path, None, None, f"damaged index shard: {why}")
+            err.problems = problems
+            raise err
         shards = []
         for entry in man["shards"]:
             path = d / entry["file"]

@@ -11,6 +11,8 @@ import contextlib
 import hashlib
 import json
 import os
+import re
+import socket
 import tempfile
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
@@ -42,11 +44,14 @@ def numbered_jsonl(
     path = Path(path)
     if not path.exists():
         raise DataError(path, None, None, "file not found")
-    with path.open(encoding="utf-8") as f:
-        for lineno, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
+    with path.open("rb") as f:  # bytes: a bad byte is located (line, offset), not fatal
+        offset = 0
+        for lineno, raw in enumerate(f, start=1):
+            start, offset = offset, offset + len(raw)
             try:
+                line = decode_line(raw, path, lineno, start)
+                if not line.strip():
+                    continue
                 row = json.loads(line)
                 if not isinstance(row, dict):
                     raise DataError(
@@ -66,6 +71,18 @@ def numbered_jsonl(
                 on_error(error)
                 continue
             yield lineno, row
+
+
+def decode_line(raw: bytes, path: str | os.PathLike, line: int | None, start: int = 0) -> str:
+    """UTF-8 text of one line of bytes; a `DataError` with the line and the file byte offset of
+    the first bad byte otherwise (`start`: the line's offset in the file)."""
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        bad = raw[e.start : e.start + 1].hex()
+        raise DataError(
+            path, line, None, f"invalid UTF-8 byte 0x{bad} at byte offset {start + e.start}"
+        ) from None
 
 
 def read_jsonl(
@@ -102,6 +119,13 @@ def check_fields(
             raise DataError(path, line, name, "empty")
 
 
+def tmp_tag() -> str:
+    """`<host>-<pid>` in `atomic_open`'s temp names, so `utils.integrity.remove_orphans` can tell
+    a dead run's temp file from a live writer's (the jobs of a sweep share the cache)."""
+    host = re.sub(r"[^A-Za-z0-9_]", "_", socket.gethostname())[:40] or "host"
+    return f"{host}-{os.getpid()}"
+
+
 @contextlib.contextmanager
 def atomic_open(
     path: str | os.PathLike, mode: str = "w", encoding: str | None = "utf-8"
@@ -109,7 +133,7 @@ def atomic_open(
     """Open a temporary file beside `path`; rename it over `path` only if the block succeeds."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.{tmp_tag()}.", suffix=".tmp", dir=path.parent)
     os.close(fd)
     try:
         kwargs = {} if "b" in mode else {"encoding": encoding}
@@ -146,9 +170,16 @@ def read_json(path: str | os.PathLike) -> Any:
     path = Path(path)
     if not path.exists():
         raise DataError(path, None, None, "file not found")
+    data = path.read_bytes()
     try:
-        with path.open(encoding="utf-8") as f:
-            return json.load(f)
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = data.count(b"\n", 0, e.start) + 1
+        raise DataError(
+            path, line, None, f"invalid UTF-8 byte 0x{data[e.start]:02x} at byte offset {e.start}"
+        ) from None
+    try:
+        return json.loads(text)
     except json.JSONDecodeError as e:
         raise DataError(path, e.lineno, None, f"invalid JSON ({e.msg} at column {e.colno})") from e
 

@@ -1,0 +1,199 @@
+"""Cached artifacts are verified before reuse, and temp files of dead runs are cleaned up.
+
+A manifest records every file of its artifact as `{"size", "hash"}` (`file_record`); before
+the artifact is reused `verify_files` reads every byte again (xxh3-128 when `xxhash` is
+installed, else BLAKE2b-128; the algorithm is part of the recorded hash). A mismatch is
+reported with the file and what differs, then, by the process-wide policy (`configure`,
+from the `cache` config group): the artifact is rebuilt (`on_damaged: rebuild`, default) or
+refused with a `DamagedArtifact` error naming the file and the command to rebuild
+(`on_damaged: refuse`). Large artifacts (embeddings, indexes) are hashed per shard, so a
+damaged shard is rebuilt alone.
+
+`atomic_open` (`utils.io`) names its temp files `.<name>.<host>-<pid>.<random>.tmp`;
+`remove_orphans(dir)` deletes those whose process is gone (same host, pid not alive), and any
+older than a day, so a `kill -9` leaves nothing behind for long.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import time
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from densex.utils.io import DataError, tmp_tag
+from densex.utils.logging import get_logger
+
+log = get_logger(__name__)
+
+try:  # ~10x faster than BLAKE2b: verification is bound by the disk, not the hash
+    import xxhash
+
+    DEFAULT_ALGO = "xxh3_128"
+except ImportError:  # pragma: no cover - xxhash comes with `datasets`
+    xxhash = None
+    DEFAULT_ALGO = "blake2b_128"
+
+ON_DAMAGED = ("rebuild", "refuse")
+_DEFAULT_POLICY: dict[str, Any] = {"verify": True, "on_damaged": "rebuild", "clean_orphans": True}
+_policy: dict[str, Any] = dict(_DEFAULT_POLICY)
+_TMP = re.compile(r"^\..+\.(?P<host>[^.]+)-(?P<pid>\d+)\.[^.]+\.tmp$")
+ORPHAN_MAX_AGE_S = 24 * 3600.0
+
+
+class DamagedArtifact(DataError):
+    """A cached file does not match its manifest (size or content hash)."""
+
+
+def configure(cache_cfg: Mapping[str, Any] | None) -> dict[str, Any]:
+    """Set the process-wide policy from a `cache` config node (`verify`, `on_damaged`,
+    `clean_orphans`, and the shard-size settings `retrieval.build.shard_size_for` reads);
+    missing keys keep their values. Returns the policy."""
+    for key in cache_cfg or {}:
+        if cache_cfg.get(key) is not None:
+            _policy[str(key)] = cache_cfg.get(key)
+    if _policy["on_damaged"] not in ON_DAMAGED:
+        raise ValueError(
+            f"cache.on_damaged must be one of {ON_DAMAGED}, got {_policy['on_damaged']!r}"
+        )
+    _policy["verify"] = bool(_policy["verify"])
+    return dict(_policy)
+
+
+def reset() -> None:
+    """Back to the defaults (verify, rebuild, clean orphans; `auto` shard sizes)."""
+    _policy.clear()
+    _policy.update(_DEFAULT_POLICY)
+
+
+def policy() -> dict[str, Any]:
+    return dict(_policy)
+
+
+def _hasher(algo: str):
+    if algo == "xxh3_128":
+        if xxhash is None:
+            raise ValueError("the manifest's xxh3_128 hash needs the xxhash package")
+        return xxhash.xxh3_128()
+    if algo == "blake2b_128":
+        return hashlib.blake2b(digest_size=16)
+    raise ValueError(f"unknown hash algorithm {algo!r}")
+
+
+def file_hash(path: str | os.PathLike, algo: str = DEFAULT_ALGO, chunk: int = 4 << 20) -> str:
+    """`"<algo>:<hex>"` of a file's bytes, streamed in `chunk`-byte blocks."""
+    h = _hasher(algo)
+    with open(path, "rb") as f:
+        while block := f.read(chunk):
+            h.update(block)
+    return f"{algo}:{h.hexdigest()}"
+
+
+def file_record(path: str | os.PathLike) -> dict[str, Any]:
+    """`{"size", "hash"}` of one file, for a manifest."""
+    return {"size": os.path.getsize(path), "hash": file_hash(path)}
+
+
+def file_records(root: str | os.PathLike, names: Iterable[str]) -> dict[str, dict[str, Any]]:
+    """`{name: file_record(root / name)}` for the files of an artifact directory."""
+    return {name: file_record(Path(root) / name) for name in names}
+
+
+def check_file(path: str | os.PathLike, record: Mapping[str, Any] | None) -> str | None:
+    """Why `path` does not match its manifest record, or None when it does (size first, so a
+    truncated file costs no read). A record without a hash (an old manifest) checks the size."""
+    path = Path(path)
+    if record is None:
+        return "no size/hash in the manifest (written by an older version)"
+    if not path.is_file():
+        return "missing"
+    size = path.stat().st_size
+    if "size" in record and size != int(record["size"]):
+        return f"size {size} bytes, manifest says {record['size']}"
+    expected = record.get("hash")
+    if expected:
+        algo = str(expected).split(":", 1)[0]
+        try:
+            got = file_hash(path, algo)
+        except ValueError as e:
+            return str(e)
+        if got != expected:
+            return "content hash differs from the manifest (same size: bytes changed in place)"
+    return None
+
+
+def verify_files(
+    root: str | os.PathLike, records: Mapping[str, Mapping[str, Any] | None]
+) -> list[tuple[Path, str]]:
+    """`(file, problem)` for every file of `records` (name -> record) under `root` that does
+    not match; empty when all match or verification is off (`cache.verify=false`)."""
+    if not _policy["verify"]:
+        return []
+    problems = []
+    for name, record in records.items():
+        why = check_file(Path(root) / name, record)
+        if why is not None:
+            problems.append((Path(root) / name, why))
+    return problems
+
+
+def handle_damage(
+    problems: list[tuple[Path, str]], what: str, rebuild_hint: str | None = None
+) -> bool:
+    """Report damaged files; True = the caller rebuilds them, else (`on_damaged: refuse`) a
+    `DamagedArtifact` naming the first file and how to rebuild. False when nothing is damaged."""
+    if not problems:
+        return False
+    for path, why in problems[:10]:
+        log.warning("damaged %s: %s: %s", what, path, why)
+    if _policy["on_damaged"] == "refuse":
+        path, why = problems[0]
+        more = f" (and {len(problems) - 1} more files)" if len(problems) > 1 else ""
+        hint = rebuild_hint or f"delete {path.parent} or rerun with cache.on_damaged=rebuild"
+        raise DamagedArtifact(path, None, None, f"damaged {what}: {why}{more}; {hint}")
+    log.warning("rebuilding %d damaged %s file(s)", len(problems), what)
+    return True
+
+
+# ----------------------------------------------------------------------------- orphans
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's live process
+        return True
+    return True
+
+
+def remove_orphans(directory: str | os.PathLike, max_age_s: float = ORPHAN_MAX_AGE_S) -> int:
+    """Delete `atomic_open` temp files in `directory` (not recursive) left by dead processes:
+    this host's whose pid is gone, any host's older than `max_age_s`. Returns how many."""
+    d = Path(directory)
+    if not _policy["clean_orphans"] or not d.is_dir():
+        return 0
+    host = tmp_tag().rsplit("-", 1)[0]
+    now, removed, freed = time.time(), 0, 0
+    for entry in os.scandir(d):
+        if not (entry.name.startswith(".") and entry.name.endswith(".tmp")):
+            continue
+        m = _TMP.match(entry.name)
+        try:
+            st = entry.stat(follow_symlinks=False)
+        except FileNotFoundError:
+            continue
+        dead = m is not None and m["host"] == host and not _alive(int(m["pid"]))
+        if dead or now - st.st_mtime > max_age_s:
+            try:
+                os.unlink(entry.path)
+            except FileNotFoundError:
+                continue
+            removed, freed = removed + 1, freed + st.st_size
+    if removed:
+        log.info("removed %d orphaned temp files (%d bytes) in %s", removed, freed, d)
+    return removed

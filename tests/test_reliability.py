@@ -1,0 +1,317 @@
+"""Issue 10: damaged caches are never reused, hostile teacher replies are contained, bad bytes and
+types are located, over-long units are counted, training resumes from the newest checkpoint,
+and no secret reaches a written file. Each test failed on the code before the fix."""
+
+from __future__ import annotations
+
+import inspect
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hydra import compose, initialize_config_dir
+from hydra.core.global_hydra import GlobalHydra
+
+from densex.corpus.readers import Skips, read_passages
+from densex.corpus.units import build_units
+from densex.propositionizer.parse import ParseStats, parse_propositions, resolve_output
+from densex.utils import integrity
+from densex.utils.io import DataError, numbered_jsonl, read_json
+
+DEMO = Path(__file__).resolve().parents[1] / "data" / "demo"
+
+
+@pytest.fixture(autouse=True)
+def _default_policy():
+    integrity.reset()
+    yield
+    integrity.reset()
+
+
+def _demo_corpus(tmp_path: Path) -> dict:
+    return {
+        "name": "demo",
+        "passages": str(DEMO / "passages.jsonl"),
+        "propositions": str(DEMO / "propositions.jsonl"),
+        "segmentation": {"spacy_model": ""},
+    }
+
+
+# ---- 2. damaged cache artifacts --------------------------------------------------------------
+def test_truncated_units_file_is_rebuilt_or_refused(tmp_path, caplog):
+    corpus, out = _demo_corpus(tmp_path), tmp_path / "units"
+    files = build_units(corpus, out)
+    good = files["passage"].read_bytes()
+    assert len(good.splitlines()) == 51
+    files["passage"].write_bytes(b"".join(good.splitlines(keepends=True)[:40]))  # 51 -> 40 lines
+
+    integrity.configure({"on_damaged": "refuse"})
+    with pytest.raises(integrity.DamagedArtifact) as e:
+        build_units(corpus, out)
+    assert "passage.jsonl" in str(e.value) and "size" in str(e.value) and "rm -r" in str(e.value)
+
+    integrity.configure({"on_damaged": "rebuild"})
+    build_units(corpus, out)  # before the fix: "units: reusing" the 40-line file
+    assert files["passage"].read_bytes() == good
+    assert "damaged units" in caplog.text
+
+
+def test_orphaned_temp_files_of_dead_runs_are_removed(tmp_path):
+    corpus, out = _demo_corpus(tmp_path), tmp_path / "units"
+    build_units(corpus, out)
+    host = integrity.tmp_tag().rsplit("-", 1)[0]
+    dead = out / f".passage.jsonl.{host}-999999999.abc123.tmp"  # no such pid
+    live = out / f".passage.jsonl.{integrity.tmp_tag()}.def456.tmp"  # this (live) process
+    dead.write_bytes(b"x" * 1000)
+    live.write_bytes(b"y")
+    build_units(corpus, out)
+    assert not dead.exists() and live.exists()
+
+
+@pytest.fixture(scope="module")
+def sentence_units(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("units")
+    return build_units(_demo_corpus(out), out)["sentence"]
+
+
+def _searcher(units: Path, tiny_bert_dir: Path, cache: Path, shard_size: int = 64):
+    from densex.retrieval.build import load_or_build_searcher
+
+    retriever = {
+        "name": "tiny",
+        "query_model": str(tiny_bert_dir),
+        "pooling": "mean",
+        "similarity": "dot",
+        "max_length": 64,
+        "batch_size": 32,
+        "device": "cpu",
+    }
+    trainer = {"accelerator": "cpu", "devices": 1, "enable_progress_bar": False}
+    return load_or_build_searcher(units, retriever, {"name": "flat"}, cache, trainer, shard_size)
+
+
+def test_flipped_bytes_in_a_faiss_shard_are_detected(sentence_units, tiny_bert_dir, tmp_path):
+    cache = tmp_path / "cache"
+    s1 = _searcher(sentence_units, tiny_bert_dir, cache)
+    queries = ["Which river flows through the valley?", "Who built the bridge?"]
+    ref = s1.search(queries, 10)
+    (shard,) = Path(s1.info["index_dir"]).glob("*.faiss")
+    data = bytearray(shard.read_bytes())
+    data[200:600] = bytes(255 - b for b in data[200:600])  # 400 bytes flipped, same size
+    shard.write_bytes(bytes(data))
+
+    integrity.configure({"on_damaged": "refuse"})
+    with pytest.raises(integrity.DamagedArtifact, match="content hash"):
+        _searcher(sentence_units, tiny_bert_dir, cache)
+    integrity.configure({"on_damaged": "rebuild"})
+    s2 = _searcher(sentence_units, tiny_bert_dir, cache)
+    assert s2.info["index_built"] and not s2.info["encoded"]
+    got = s2.search(queries, 10)
+    assert np.array_equal(got[1], ref[1]) and np.allclose(got[0], ref[0])
+
+
+def test_truncated_npy_shard_is_reencoded_alone(sentence_units, tiny_bert_dir, tmp_path):
+    cache = tmp_path / "cache"
+    s1 = _searcher(sentence_units, tiny_bert_dir, cache)
+    emb_dir = Path(s1.info["embeddings_dir"])
+    shards = sorted(emb_dir.glob("emb-*.npy"))
+    assert len(shards) > 2
+    ref = {p.name: p.read_bytes() for p in shards}
+    with open(shards[1], "r+b") as f:
+        f.truncate(shards[1].stat().st_size - 100)  # before: "mmap length is greater..."
+    s2 = _searcher(sentence_units, tiny_bert_dir, cache)
+    man = read_json(emb_dir / "manifest.json")
+    assert man["resumed_shards"] == len(shards) - 1 and s2.info["encoded"]
+    assert {p.name: p.read_bytes() for p in sorted(emb_dir.glob("emb-*.npy"))} == ref
+
+
+def test_overlong_units_are_counted_with_their_ids(tmp_path, tiny_bert_dir):
+    from densex.retrieval.encode import encode_units_to_dir
+    from densex.retrieval.encoders import RetrieverSpec
+
+    units = tmp_path / "u.jsonl"
+    rows = [
+        {"id": "short", "passage_id": "p", "title": "T", "text": "A short unit."},
+        {"id": "long", "passage_id": "p", "title": "T", "text": " ".join(["word"] * 10_000)},
+    ]
+    units.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    spec = RetrieverSpec.from_cfg(
+        {"name": "tiny", "query_model": str(tiny_bert_dir), "pooling": "mean", "max_length": 64}
+    )
+    trainer = {"accelerator": "cpu", "devices": 1, "enable_progress_bar": False}
+    store = encode_units_to_dir(units, spec, tmp_path / "emb", trainer, shard_size=8)
+    assert store.manifest["truncated_units"] == {
+        "count": 1,
+        "examples": ["long"],
+        "shards_unknown": 0,
+    }
+
+
+def test_shard_size_follows_the_corpus_and_the_config():
+    from densex.retrieval.build import shard_size_for
+
+    assert shard_size_for(51) == 256  # the floor
+    assert shard_size_for(17_657) == 276  # squad-open propositions: 64 shards
+    assert shard_size_for(257_000_000) == 24_000  # capped by the time bound (120 s x 200/s)
+    assert shard_size_for(257_000_000, {"shard_units_per_second": 10_000}) == 50_000
+    assert shard_size_for(10**6, {"embedding_shard_size": 1000}) == 1000
+
+
+def test_shard_size_is_a_config_value(repo_root, tmp_path):
+    from densex.pipelines.index import run
+
+    GlobalHydra.instance().clear()
+    overrides = [
+        "corpus=demo",
+        "granularity=passage",
+        "stage=embed",
+        "cache.embedding_shard_size=20",
+        "trainer=cpu",
+        "trainer.enable_progress_bar=false",
+        f"paths.cache_dir={tmp_path / 'cache'}",
+        f"paths.output_dir={tmp_path / 'run'}",
+    ]
+    with initialize_config_dir(version_base="1.3", config_dir=str(repo_root / "conf")):
+        cfg = compose("index", overrides=overrides)
+    run(cfg)
+    (man,) = (tmp_path / "cache" / "embeddings").rglob("manifest.json")
+    manifest = read_json(man)
+    assert manifest["shard_size"] == 20 and len(manifest["shards"]) == 3  # 51 passages
+
+
+# ---- 3. untrusted LLM output ------------------------------------------------------------------
+def test_deep_nesting_is_rejected_without_recursion():
+    raw = "[" * 5000 + "]" * 5000  # before: RecursionError in parse.resolve_output
+    r = resolve_output(raw, "One sentence. Another one.", "passage")
+    assert r.result.rejected == "too_deep" and r.reason == "rejected"
+    assert r.propositions == ["One sentence. Another one."]
+    # nesting within the limit still parses
+    assert parse_propositions('{"propositions": ["a b", "c"]}').propositions == ["a b", "c"]
+
+
+def test_reply_caps_are_enforced_and_counted():
+    rng = np.random.default_rng(0)
+    garbage = bytes(rng.integers(32, 127, 3_000_000, dtype=np.uint8)).decode()
+    stats = ParseStats()
+    for raw in (
+        garbage,  # before: accepted as propositions ("repaired")
+        json.dumps(["x" * 1_000_000]),  # a 1 MB string
+        json.dumps([f"fact {i}." for i in range(300)]),
+        json.dumps(["w " * 300, "A fine proposition."]),
+    ):
+        stats.add(resolve_output(raw, "The passage.", "passage"))
+    d = stats.as_dict()
+    assert d["rejected"] == {"too_long": 2, "too_many": 1} and d["rejected_total"] == 3
+    assert d["too_long_items"] == 1 and d["fallbacks"] == {"passage": 3}
+
+
+# ---- 4. bad bytes and types -------------------------------------------------------------------
+def _bad_byte_passages(tmp_path: Path) -> Path:
+    lines = (DEMO / "passages.jsonl").read_bytes().splitlines(keepends=True)[:8]
+    lines[4] = lines[4].replace(b"the", b"th\xe9", 1)
+    path = tmp_path / "passages.jsonl"
+    path.write_bytes(b"".join(lines))
+    return path
+
+
+def test_non_utf8_byte_is_located_and_skippable(tmp_path):
+    path = _bad_byte_passages(tmp_path)
+    offset = path.read_bytes().index(b"\xe9")
+    with pytest.raises(DataError) as e:  # before: UnicodeDecodeError, no file or line
+        read_passages(path)
+    assert str(e.value).startswith(f"{path}:5: ") and f"byte offset {offset}" in str(e.value)
+    skips = Skips("skip")
+    assert len(read_passages(path, skips)) == 7 and skips.total == 1
+
+
+def test_wrong_types_name_the_type_found(tmp_path):
+    path = tmp_path / "p.jsonl"
+    rows = [{"id": "a", "text": 5}, {"id": "b", "text": ["x"]}, {"id": 7, "text": "t"}]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    skips = Skips("skip")
+    read_passages(path, skips)
+    msgs = " | ".join(skips.examples)
+    assert "expected a string, got int" in msgs and "expected a string, got list" in msgs
+    assert ":3: field 'id': expected a string, got int" in msgs
+
+
+def test_bad_bytes_in_dpr_tsv_questions_are_skippable(tmp_path):
+    from densex.data.questions import load_questions
+
+    path = tmp_path / "q.tsv"
+    path.write_bytes(b"who? \t['a']\nwh\xe9re?\t['b']\nwhen?\t['c']\n")
+    skips = Skips("skip")
+    rows = load_questions(path, "dpr-tsv", on_error="skip", skips=skips)
+    assert [r["question"] for r in rows] == ["who?", "when?"] and skips.total == 1
+    offset = path.read_bytes().index(b"\xe9")
+    assert f":2: invalid UTF-8 byte 0xe9 at byte offset {offset}" in skips.examples[0]
+
+
+def test_numbered_jsonl_keeps_line_numbers_after_a_bad_byte(tmp_path):
+    path = tmp_path / "x.jsonl"
+    path.write_bytes(b'{"a": 1}\n{"a": "\xff"}\n\n{"a": 3}\n')
+    errors: list = []
+    assert [ln for ln, _ in numbered_jsonl(path, errors.append)] == [1, 4]
+    assert errors[0].line == 2
+
+
+# ---- 5. secrets, torch.load -------------------------------------------------------------------
+def test_redaction_of_urls_keys_and_env_secrets(monkeypatch):
+    from densex.utils.secrets import redact_config, redact_text
+
+    monkeypatch.setenv("SOME_SERVICE_API_KEY", "k3y-value-0123456789")
+    text = (
+        "propositionizer.base_url=http://user:hunter2pass@127.0.0.1:8000/v1 "
+        "api_key: abc123 api_key_env: OPENAI_API_KEY echo k3y-value-0123456789 max_tokens: 5"
+    )
+    out = redact_text(text)
+    for secret in ("hunter2pass", "abc123", "k3y-value-0123456789"):
+        assert secret not in out
+    assert "api_key_env: OPENAI_API_KEY" in out and "max_tokens: 5" in out
+    assert redact_config({"p": {"api_key": "x", "base_url": "https://u:p@h/v1"}}) == {
+        "p": {"api_key": "***", "base_url": "https://***@h/v1"}
+    }
+
+
+def test_no_unsafe_torch_load():
+    from densex.pipelines import train
+
+    assert "weights_only=False" not in inspect.getsource(train)
+
+
+# ---- 1. resume points -------------------------------------------------------------------------
+def _train_cfg(repo_root: Path, run_dir: Path, *overrides: str):
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(version_base="1.3", config_dir=str(repo_root / "conf")):
+        return compose("train", overrides=[f"paths.output_dir={run_dir}", "model=tiny", *overrides])
+
+
+def test_ckpt_path_last_finds_the_newest_or_says_there_is_none(repo_root, tmp_path):
+    from densex.pipelines.train import _resolve_ckpt
+
+    cfg = _train_cfg(repo_root, tmp_path)
+    with pytest.raises(FileNotFoundError, match="there is no checkpoint"):
+        _resolve_ckpt("last", cfg)
+    assert _resolve_ckpt("auto", cfg) is None  # a clean start, when asked for
+    ckpts = tmp_path / "checkpoints"
+    ckpts.mkdir()
+    for i, name in enumerate(("epoch_000.ckpt", "last.ckpt", "last-step.ckpt")):
+        (ckpts / name).write_bytes(b"x")
+        os.utime(ckpts / name, ns=(10**18 + i, 10**18 + i))
+    assert _resolve_ckpt("last", cfg) == str(ckpts / "last-step.ckpt")  # mid-epoch, newest
+    assert cfg.callbacks.step_checkpoint.every_n_train_steps > 0
+
+
+def test_resumable_loader_skips_the_batches_done():
+    from densex.utils.resume import ResumableDataLoader
+
+    done = {"n": 3}
+    loader = ResumableDataLoader(list(range(10)), batch_size=2, progress=lambda: done["n"])
+    assert loader.state_dict() == {"batches_done": 3}
+    loader.load_state_dict({"batches_done": 3})
+    assert [b.tolist() for b in loader] == [[6, 7], [8, 9]]
+    assert len(list(loader)) == 5  # only the first epoch after a restore skips
+    loader.load_state_dict({"batches_done": 5})  # saved at the epoch's end: skip nothing
+    assert len(list(loader)) == 5
