@@ -22,7 +22,7 @@ import torch
 
 from densex.metrics.set_f1 import SetF1Result, SetF1Scorer
 from densex.propositionizer.parse import parse_propositions
-from densex.utils.io import write_manifest
+from densex.utils.io import mkdtemp, write_manifest
 from densex.utils.logging import get_logger
 from densex.utils.models import resolve_model
 
@@ -219,7 +219,7 @@ class PropositionizerModule(pl.LightningModule):
         """`save_pretrained` model + tokenizer to `out_dir` (loads without densex), atomically."""
         out = Path(out_dir)
         out.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+        tmp = mkdtemp(out.parent, prefix=f".{out.name}.")
         try:
             self.model.save_pretrained(tmp)
             self.tokenizer.save_pretrained(tmp)

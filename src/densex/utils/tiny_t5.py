@@ -97,13 +97,14 @@ def ensure_tiny_t5(
     the others discard their copy). `manifest` (if given) is written beside the model.
     """
     import shutil
-    import tempfile
+
+    from densex.utils.io import mkdtemp
 
     out = Path(out_dir)
     if (out / "config.json").exists():
         return out
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    tmp = mkdtemp(out.parent, prefix=f".{out.name}.")
     try:
         build_tiny_t5(tmp, texts=texts, **spec)
         if manifest is not None:
