@@ -157,7 +157,11 @@ class PropositionizerModule(pl.LightningModule):
         # duplicated set-F1 work under DDP.
         outputs = self._gather(self._val_outputs)
         result = self.score_predictions(outputs)
-        self.log_dict(result.as_dict("val/"), sync_dist=self.trainer.world_size > 1)
+        metrics = result.as_dict("val/")
+        sync = self.trainer.world_size > 1
+        # the monitored metric on the progress bar, the rest in the loggers
+        self.log("val/set_f1", metrics.pop("val/set_f1"), prog_bar=True, sync_dist=sync)
+        self.log_dict(metrics, sync_dist=sync)
         for row, scores in zip(outputs, result.per_passage):
             row["set_f1"] = scores["f1"]
         self.last_val_predictions = outputs

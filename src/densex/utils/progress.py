@@ -39,6 +39,10 @@ def interval_s() -> float:
         return 30.0
 
 
+def _rate(r: float) -> str:
+    return f"{r:,.0f}" if r >= 100 else f"{r:.1f}" if r >= 1 else f"{r:.2f}"
+
+
 def _duration(seconds: float) -> str:
     seconds = int(round(seconds))
     h, rest = divmod(seconds, 3600)
@@ -106,7 +110,7 @@ class Progress:
         self.done += n
         now = time.perf_counter()
         if self._bar is not None:
-            self._bar.update(self._task, advance=n, rate=f"{self.rate():,.1f} {self.unit}/s")
+            self._bar.update(self._task, advance=n, rate=f"{_rate(self.rate())} {self.unit}/s")
         elif now - self._last >= self.every_s:
             self._last = now
             log.info("%s", self.line())
@@ -120,10 +124,10 @@ class Progress:
             eta = f", ~{_duration(left)} left" if left == left else ""
             return (
                 f"{self.description}: {self.done:,}/{self.total:,} {self.unit} "
-                f"({100.0 * self.done / self.total:.0f}%), {rate:,.1f} {self.unit}/s, "
+                f"({100.0 * self.done / self.total:.0f}%), {_rate(rate)} {self.unit}/s, "
                 f"{_duration(elapsed)} elapsed{eta}"
             )
-        return f"{self.description}: {self.done:,} {self.unit}, {rate:,.1f} {self.unit}/s"
+        return f"{self.description}: {self.done:,} {self.unit}, {_rate(rate)} {self.unit}/s"
 
     def __exit__(self, exc_type: Any, *exc: Any) -> None:
         if self._bar is not None:
@@ -136,7 +140,7 @@ class Progress:
                 f"{self.done:,}",
                 self.unit,
                 _duration(elapsed),
-                f"{self.rate():,.1f}",
+                _rate(self.rate()),
                 self.unit,
             )
 
