@@ -127,3 +127,16 @@ def test_paper_grid_is_expanded_and_sized(repo_root):
     assert estimate_cell_bytes(cell, 7431) < 20e6
     text = _cfg(repo_root, "evaluate", "corpus=demo", "dataset=demo", "retrieval_text=true")
     assert estimate_cell_bytes(text, 7431) > 5 * estimate_cell_bytes(cell, 7431)
+
+
+def test_train_help_lists_exactly_the_groups_train_reads(repo_root):
+    cfg = _cfg(repo_root, "train", hydra=True)
+    listed = {}
+    for line in cfg.hydra.help.template.splitlines():
+        group, sep, options = line.partition(": ")
+        if sep and group in ("data", "model", "trainer", "logger", "callbacks", "paths"):
+            listed[group] = {o.strip() for o in options.split(",")}
+    assert set(listed) == {"data", "model", "trainer", "logger", "callbacks", "paths"}
+    for group, options in listed.items():
+        assert options == {p.stem for p in (repo_root / "conf" / group).glob("*.yaml")}, group
+    assert "retriever" not in cfg.hydra.help.template

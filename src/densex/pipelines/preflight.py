@@ -557,6 +557,16 @@ def grid_preflight(config: DictConfig) -> dict[str, Any]:
         cfg = _compose(config, list(key))
         n = check_dataset(cfg.dataset, cfg.get("limit_questions"))
         total += count * estimate_cell_bytes(cfg, n)
+    sweep_dir = Path(str(config.hydra.sweep.dir))
+    log.info(
+        "preflight: %d cells; estimated outputs %s (%s per cell on average) in %s (%s free)",
+        len(cells),
+        human_bytes(total),
+        human_bytes(total / max(len(cells), 1)),
+        sweep_dir,
+        human_bytes(free_bytes(sweep_dir)),
+    )
+    _warn_space(total, sweep_dir)
     seen: set[tuple[str, ...]] = set()
     for ov in cells:
         key = _project(ov, INPUT_NEUTRAL)
@@ -566,17 +576,7 @@ def grid_preflight(config: DictConfig) -> dict[str, Any]:
         cfg = _compose(config, list(key))
         check_corpus(cfg, "evaluate")
         check_retrieval_models(cfg, "evaluate")
-    sweep_dir = Path(str(config.hydra.sweep.dir))
-    log.info(
-        "preflight ok for the grid: %d cells; estimated outputs %s (%s per cell on average)"
-        " in %s (%s free)",
-        len(cells),
-        human_bytes(total),
-        human_bytes(total / max(len(cells), 1)),
-        sweep_dir,
-        human_bytes(free_bytes(sweep_dir)),
-    )
-    _warn_space(total, sweep_dir)
+    log.info("preflight ok: the grid's datasets, corpora and models")
     return {"cells": len(cells), "estimate_bytes": total}
 
 
