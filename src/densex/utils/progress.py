@@ -130,18 +130,24 @@ class Progress:
         return f"{self.description}: {self.done:,} {self.unit}, {_rate(rate)} {self.unit}/s"
 
     def __exit__(self, exc_type: Any, *exc: Any) -> None:
+        self.close(log_line=exc_type is None)
+
+    def close(self, extra: str = "", log_line: bool = True) -> None:
+        """Stop the bar; log the closing line (+ `extra`) unless `log_line` is false."""
         if self._bar is not None:
             self._bar.stop()
-        if exc_type is None:
+            self._bar = None
+        if log_line:
             elapsed = time.perf_counter() - self.t0
             log.info(
-                "%s: %s %s in %s (%s %s/s)",
+                "%s: %s %s in %s (%s %s/s)%s",
                 self.description,
                 f"{self.done:,}",
                 self.unit,
                 _duration(elapsed),
                 _rate(self.rate()),
                 self.unit,
+                extra,
             )
 
 
@@ -173,6 +179,7 @@ class LogProgress(pl.Callback):
         super().__init__()
         self.every_s = every_s
         self._p: Progress | None = None
+        self._last_line = -float("inf")
 
     def _start(self, description: str, total: Any) -> None:
         total = int(total) if isinstance(total, (int, float)) and total == total else None
@@ -183,20 +190,24 @@ class LogProgress(pl.Callback):
         )
         self._p.__enter__()
 
-    def _end(self, trainer: pl.Trainer) -> None:
-        if self._p is None:
+    def _end(self, trainer: pl.Trainer, always: bool = True) -> None:
+        """Close the loop's progress: its line with the bar's metrics (`val/set_f1=...`);
+        for training epochs at most one per `every_s`, so 1-batch epochs do not flood."""
+        p, self._p = self._p, None
+        if p is None:
             return
-        self._p.__exit__(None)
+        now = time.perf_counter()
+        every = interval_s() if self.every_s is None else self.every_s
+        show = always or now - self._last_line >= every
         metrics = {
             k: float(v)
             for k, v in trainer.progress_bar_metrics.items()
             if isinstance(v, (int, float)) or hasattr(v, "item")
         }
-        if metrics:
-            log.info(
-                "%s: %s", self._p.description, ", ".join(f"{k}={v:.4g}" for k, v in metrics.items())
-            )
-        self._p = None
+        extra = "; " + ", ".join(f"{k}={v:.4g}" for k, v in metrics.items()) if metrics else ""
+        p.close(extra, log_line=show)
+        if show:
+            self._last_line = now
 
     def _advance(self) -> None:
         if self._p is not None:
@@ -209,7 +220,8 @@ class LogProgress(pl.Callback):
         self._advance()
 
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        self._end(trainer)
+        last = trainer.current_epoch + 1 >= (trainer.max_epochs or 0) > 0
+        self._end(trainer, always=last)
 
     def on_validation_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if trainer.sanity_checking:
