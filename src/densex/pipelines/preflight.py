@@ -322,8 +322,9 @@ def check_model(name: Any, key: str, fixes: Sequence[str]) -> str:
     if hub_offline():
         raise PreflightError(
             f"{key}: model '{name}' is not in the Hugging Face cache and the hub is offline"
-            f" (HF_HUB_OFFLINE=1). Fix: {fix} (a directory holding the model's files), or"
-            f" download it where the hub is reachable: huggingface-cli download {name}"
+            f" (HF_HUB_OFFLINE=1). Fix: {fixes[0]} (a directory holding the model's files)"
+            + "".join(f", or {f}" for f in fixes[1:])
+            + f"; or download it where the hub is reachable: huggingface-cli download {name}"
         )
     try:
         from huggingface_hub import HfApi
