@@ -352,7 +352,9 @@ def _log_wandb(cfg: DictConfig, row, dpr_rows, units, results, curve) -> None:
                 "question": q["question"],
                 "answers": "; ".join(q["answers"]),
                 "top_unit": units[int(r.unit_rows[0])]["text"] if len(r.unit_rows) else "",
-                "top_passage": f"{top.get('title', '')}: {top.get('text', '')}",
+                "top_passage": (
+                    f"{top.get('title', '')}: {top['text']}" if "text" in top else top.get("id", "")
+                ),
                 "top_has_answer": top.get("has_answer", False),
                 "first_hit_rank": next(
                     (i + 1 for i, c in enumerate(q["ctxs"]) if c["has_answer"]), None
