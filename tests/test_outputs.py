@@ -96,3 +96,29 @@ def test_quiet_logging_drops_known_noise_and_verbose_restores_it(caplog):
     finally:
         root.removeHandler(handler)
         setup_logging(verbose=False)
+
+
+def test_search_in_chunks_gives_one_call_and_logs_queries_per_second(caplog):
+    import numpy as np
+
+    from densex.retrieval.search import search_chunked
+
+    rng = np.random.default_rng(0)
+    vectors = rng.normal(size=(50, 4)).astype(np.float32)
+
+    class Exact:
+        ntotal = 50
+
+        def search(self, queries, n):
+            q = vectors[[int(x) for x in queries]]
+            scores = q @ vectors.T
+            rows = np.argsort(-scores, axis=1, kind="stable")[:, :n]
+            return np.take_along_axis(scores, rows, axis=1), rows
+
+    queries = [str(i) for i in range(7)]
+    caplog.set_level(logging.INFO, logger="densex.progress")
+    s1, r1 = Exact().search(queries, 5)
+    s2, r2 = search_chunked(Exact(), queries, 5, chunk=3)
+    assert np.array_equal(r1, r2) and np.allclose(s1, s2)
+    assert "7 queries in" in caplog.records[-1].getMessage()
+    assert "queries/s" in caplog.records[-1].getMessage()
