@@ -351,7 +351,8 @@ def check_retrieval_models(cfg: DictConfig, entry: str) -> dict[str, str]:
     """Retriever encoders (dense), reader (evaluate), model propositionizer (when used)."""
     found: dict[str, str] = {}
     r = cfg.retriever
-    if str(r.get("type", "dense")) != "sparse":
+    encodes = not (entry == "index" and cfg.get("stage") in ("units", "propositions"))
+    if encodes and str(r.get("type", "dense")) != "sparse":
         for key in ("query_model", "doc_model"):
             name = r.get(key)
             if key == "doc_model" and not name:
