@@ -1,4 +1,4 @@
-"""Hydra entry: search + metrics for one benchmark cell. Logic lives in `densex.pipelines.evaluate`."""
+"""Hydra entry: search + metrics for one benchmark cell. Preflight, then the logic in `densex.pipelines.evaluate`."""
 
 import os
 from pathlib import Path
@@ -11,9 +11,9 @@ os.environ.setdefault("PROJECT_ROOT", str(Path(__file__).resolve().parent))
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="evaluate")
 def main(cfg: DictConfig) -> float | None:
-    from densex.pipelines.evaluate import run
+    from densex.pipelines.preflight import main as run_entry
 
-    return run(cfg)
+    return run_entry(cfg, "evaluate")
 
 
 if __name__ == "__main__":

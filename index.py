@@ -1,4 +1,4 @@
-"""Hydra entry: segment -> units -> embeddings -> faiss index. Logic lives in `densex.pipelines.index`."""
+"""Hydra entry: segment -> units -> embeddings -> faiss index. Preflight, then the logic in `densex.pipelines.index`."""
 
 import os
 from pathlib import Path
@@ -11,9 +11,9 @@ os.environ.setdefault("PROJECT_ROOT", str(Path(__file__).resolve().parent))
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="index")
 def main(cfg: DictConfig) -> float | None:
-    from densex.pipelines.index import run
+    from densex.pipelines.preflight import main as run_entry
 
-    return run(cfg)
+    return run_entry(cfg, "index")
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""Hydra entry: fine-tune a propositionizer. Logic lives in `densex.pipelines.train`."""
+"""Hydra entry: fine-tune a propositionizer. Preflight, then the logic in `densex.pipelines.train`."""
 
 import os
 from pathlib import Path
@@ -11,9 +11,9 @@ os.environ.setdefault("PROJECT_ROOT", str(Path(__file__).resolve().parent))
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="train")
 def main(cfg: DictConfig) -> float | None:
-    from densex.pipelines.train import run
+    from densex.pipelines.preflight import main as run_entry
 
-    return run(cfg)
+    return run_entry(cfg, "train")
 
 
 if __name__ == "__main__":

@@ -8,6 +8,7 @@ override contract and DPR-format output; one multirun checks the sweep callback'
 from __future__ import annotations
 
 import csv
+import gzip
 import json
 import os
 import subprocess
@@ -22,7 +23,7 @@ from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 
 from densex.pipelines.evaluate import load_units, recall_at_each_k
-from densex.utils.io import DataError
+from densex.utils.io import DataError, read_json
 
 ARTICLES = ("1973_oil_crisis", "Amazon_rainforest")
 ENV = {
@@ -140,6 +141,12 @@ def pyserini_evaluate_retrieval(retrieval_file: Path, topk: list[int]) -> dict[i
     return {k: 100.0 * float(np.mean(accuracy[k])) for k in topk}
 
 
+def _gunzip(path: Path, out: Path) -> Path:
+    """What a pyserini user runs first (`gunzip -k`): its evaluator opens plain JSON only."""
+    out.write_bytes(gzip.decompress(path.read_bytes()))
+    return out
+
+
 def _without_has_answer(path: Path, out: Path) -> Path:
     """The file as pyserini's converter writes it without flags: the evaluator must re-match."""
     data = json.loads(path.read_text())
@@ -162,6 +169,7 @@ def test_evaluate_override_contract(repo_root, small, minilm_path, tmp_path):
         f"hydra.run.dir={run_dir}",
         "logger=wandb",
         "log_samples=3",
+        "retrieval_text=true",
         WANDB_MODE="offline",
         WANDB_SILENT="true",
     )
@@ -187,7 +195,7 @@ def test_evaluate_override_contract(repo_root, small, minilm_path, tmp_path):
     assert row["recall@20"] >= 70.0, row
     assert row["time_total_s"] > 0 and row["time_total_s"] < wall
 
-    retrieval = json.loads((run_dir / "retrieval.json").read_text())
+    retrieval = read_json(run_dir / "retrieval.json.gz")  # with text: always gzip
     assert len(retrieval) == 40
     questions = [json.loads(line) for line in small["R"].read_text().splitlines()]
     passage_ids = {json.loads(line)["id"] for line in small["P"].read_text().splitlines()}
@@ -202,7 +210,7 @@ def test_evaluate_override_contract(repo_root, small, minilm_path, tmp_path):
     # our has_answer flags, and re-matching the answers in the text itself
     topk = [1, 5, 20, 100]
     ours = {k: row[f"recall@{k}"] for k in topk}
-    pyserini_file = run_dir / "retrieval.pyserini.json"
+    pyserini_file = _gunzip(run_dir / "retrieval.pyserini.json.gz", tmp_path / "pys.json")
     assert pyserini_evaluate_retrieval(pyserini_file, topk) == pytest.approx(ours)
     bare = _without_has_answer(pyserini_file, tmp_path / "bare.json")
     assert pyserini_evaluate_retrieval(bare, topk) == pytest.approx(ours)
@@ -217,7 +225,10 @@ def test_evaluate_override_contract(repo_root, small, minilm_path, tmp_path):
     curve = list(csv.DictReader((run_dir / "recall_at_k.csv").read_text().splitlines()))
     assert float(curve[4]["recall"]) == pytest.approx(row["recall@5"])
     assert (run_dir / "answer_recall_by_words.csv").exists()
-    assert "recall@20" in proc.stdout  # the rich metrics table
+    assert (run_dir / "answer_recall_by_words.png").exists()  # a single run plots its curve
+    assert "recall@20" in proc.stdout  # the metrics table, logged...
+    assert "recall@20" in (run_dir / "evaluate.log").read_text()  # ...so also in the log file
+    assert "\x1b[" not in proc.stdout + proc.stderr  # no escapes when not on a terminal
     # logger=wandb: an offline run (no account needed) beside the results
     (wandb_run,) = (run_dir / "wandb").glob("offline-run-*")
     assert list(wandb_run.glob("*.wandb"))
@@ -230,7 +241,7 @@ def test_multirun_writes_table2(repo_root, small, minilm_path, tmp_path):
         "-m",
         *_contract(small, "passage,sentence"),
         "topk=[5,20]",
-        "retrieval_text=false",
+        "retrieval_gzip=false",
         f"hydra.sweep.dir={sweep}",
     )
     rows = [json.loads((sweep / str(i) / "results.jsonl").read_text()) for i in range(2)]
@@ -248,7 +259,7 @@ def test_multirun_writes_table2(repo_root, small, minilm_path, tmp_path):
         assert f"| {r['recall@20']:.1f} |" in md
     # without passage text, pyserini's evaluator still reads the has_answer flags
     retrieval = json.loads((sweep / "1" / "retrieval.json").read_text())
-    assert set(retrieval[0]["ctxs"][0]) == {"id", "title", "score", "has_answer"}
+    assert set(retrieval[0]["ctxs"][0]) == {"id", "score", "has_answer"}
     pyserini_file = sweep / "1" / "retrieval.pyserini.json"
     (first,) = list(json.loads(pyserini_file.read_text()).values())[:1]
     assert set(first["contexts"][0]) == {"docid", "score", "has_answer"}

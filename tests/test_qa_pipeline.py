@@ -9,6 +9,8 @@ import os
 import subprocess
 import sys
 
+from densex.utils.io import read_json
+
 ENV = {
     **os.environ,
     "HF_HUB_OFFLINE": "1",
@@ -91,5 +93,5 @@ def test_curated_regex_cell_counts_patterns_that_never_match(repo_root, shared_d
     row = json.loads((tmp_path / "run" / "results.jsonl").read_text())
     assert row["n_questions"] == 200
     assert row["n_unmatchable_answers"] == 1
-    retrieval = json.loads((tmp_path / "run" / "retrieval.json").read_text())
+    retrieval = read_json(tmp_path / "run" / "retrieval.json.gz")
     assert not any(c["has_answer"] for c in retrieval[158]["ctxs"])

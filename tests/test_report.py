@@ -102,7 +102,10 @@ def test_write_table2_files(tmp_path):
     assert len(got) == len(table) == 5
     assert got[4]["granularity"] == "gain" and float(got[4]["Avg R@5"]) == pytest.approx(15.0)
     assert float(got[3]["tqa R@5"]) == pytest.approx(70.0)
-    assert (tmp_path / "table2.md").read_text().count("\n| ") == 5 + 1  # header + rows
+    # the paper's view, then every cut-off (here the same two): header + rows each
+    assert (tmp_path / "table2.md").read_text().count("\n| ") == 2 * (5 + 1)
+    with open(tmp_path / "table2_full.csv") as f:
+        assert len(list(csv.DictReader(f))) == 5
 
 
 def test_callback_aggregates_a_sweep_dir(tmp_path, capsys):

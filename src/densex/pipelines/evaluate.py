@@ -3,13 +3,16 @@
 units (cached) -> unit index (cached) -> max-over-units passage search -> passage recall@k with
 DPR's has_answer -> QA under a word budget. Writes into the run dir:
 - `results.jsonl`: one row, the cell's config keys + metrics (what the sweep callback reads);
-- `retrieval.json`: DPR's retrieval-results format (a list of `{question, answers, ctxs:
-  [{id, title, text, score, has_answer}]}`), what DPR's reader and evaluators read;
-- `retrieval.pyserini.json`: the same passages in pyserini's format (`{qid: {question, answers,
-  contexts: [{docid, score, text: "title\\ntext", has_answer}]}}`), which
-  `python -m pyserini.eval.evaluate_dpr_retrieval --retrieval FILE --topk 5 20` reads;
+- `retrieval.json.gz`: DPR's retrieval-results format (a list of `{question, answers, ctxs:
+  [{id, score, has_answer}]}`, + `title`, `text` with `retrieval_text=true`), what DPR's
+  reader and evaluators read (after `gunzip -k`; `retrieval_gzip=false` writes plain JSON);
+- `retrieval.pyserini.json.gz`: the same passages in pyserini's format (`{qid: {question,
+  answers, contexts: [{docid, score, has_answer}]}}`, + `text: "title\\ntext"` with
+  `retrieval_text=true`), which `python -m pyserini.eval.evaluate_dpr_retrieval --retrieval
+  FILE --topk 5 20` reads once decompressed;
 - `recall_at_k.csv`: recall@k for k = 1..max(topk);
-- `answer_recall_by_words.csv` (+ `em@{budget}` in the row when a reader is set).
+- `answer_recall_by_words.csv` and its plot `answer_recall_by_words.png` (+ `em@{budget}` in
+  the row when a reader is set).
 Recall, EM and answer recall are percentages, as in the paper's tables. Returns recall@20 (or
 the largest cut-off below it) so Hydra sweepers can optimise it.
 
@@ -30,6 +33,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from densex.utils.io import DataError, atomic_open, read_jsonl, write_json, write_jsonl
 from densex.utils.logging import get_logger
+from densex.utils.progress import track
 
 log = get_logger(__name__)
 
@@ -158,18 +162,20 @@ def run(cfg: DictConfig) -> float:
 
     t0 = time.perf_counter()
     match = str(cfg.dataset.get("match", "string"))
-    with_text = bool(cfg.get("retrieval_text", True))
+    with_text = bool(cfg.get("retrieval_text", False))
     hits = np.zeros((len(questions), K), dtype=bool)
     dpr_rows = []
-    for qi, (q, r) in enumerate(zip(questions, results)):
+    for qi, (q, r) in enumerate(
+        track(list(zip(questions, results)), "answers in passages", unit="questions")
+    ):
         ctxs = []
-        for rank, (p, s) in enumerate(zip(r.passage_rows.tolist(), r.passage_scores.tolist())):
+        for rank, (p, s) in enumerate(zip(r.passage_rows.tolist(), short_floats(r.passage_scores))):
             psg = passages[p]
             hit = bool(has_answer(q["answers"], psg["text"], match))
             hits[qi, rank] = hit
-            ctx = {"id": psg["id"], "title": psg.get("title", ""), "text": psg["text"]}
-            if not with_text:
-                del ctx["text"]
+            ctx = {"id": psg["id"]}
+            if with_text:
+                ctx |= {"title": psg.get("title", ""), "text": psg["text"]}
             ctxs.append({**ctx, "score": s, "has_answer": hit})
         dpr_rows.append(
             {"id": q.get("id"), "question": q["question"], "answers": q["answers"], "ctxs": ctxs}
@@ -215,8 +221,9 @@ def run(cfg: DictConfig) -> float:
         "time_qa_s": round(t_qa, 3),
         "time_total_s": round(time.perf_counter() - t_start, 3),
     }
-    write_json(out_dir / "retrieval.json", dpr_rows, indent=None)
-    write_json(out_dir / "retrieval.pyserini.json", pyserini, indent=None)
+    gz = ".gz" if with_text or cfg.get("retrieval_gzip", True) else ""
+    write_json(out_dir / f"retrieval.json{gz}", dpr_rows, indent=None)
+    write_json(out_dir / f"retrieval.pyserini.json{gz}", pyserini, indent=None)
     with atomic_open(out_dir / "recall_at_k.csv") as f:
         w = csv.writer(f, lineterminator="\n")
         w.writerow(["k", "recall"])
@@ -225,6 +232,7 @@ def run(cfg: DictConfig) -> float:
 
     write_per_question(out_dir, per_question_rows(questions, hits, topk, per_q))
     write_jsonl(out_dir / "results.jsonl", [row])
+    plot_cell(out_dir, budget)
 
     print_metrics(row)
     _log_wandb(cfg, row, dpr_rows, units, results, curve)
@@ -262,7 +270,7 @@ def fetch_units_for_words(
     budget read: their values at l words would then be understated. The extra units come from
     the same ranking (score desc, row asc); the passages found are unchanged.
     """
-    from densex.retrieval.search import rank_units
+    from densex.retrieval.search import rank_units, search_chunked
 
     ntotal = int(searcher.ntotal)
     avg = max(1.0, float(unit_words.mean())) if len(unit_words) else 1.0
@@ -275,7 +283,7 @@ def fetch_units_for_words(
     while pending:
         have = max(len(results[i].unit_rows) for i in pending)
         n = min(ntotal, max(2 * have, have + int(np.ceil(need_words / avg)) + 1))
-        scores, rows = searcher.search([queries[i] for i in pending], n)
+        scores, rows = search_chunked(searcher, [queries[i] for i in pending], n)
         still = []
         for j, qi in enumerate(pending):
             us, ur = rank_units(np.asarray(scores[j]), np.asarray(rows[j]))
@@ -318,6 +326,22 @@ def pyserini_retrieval(
     return out
 
 
+def short_floats(values: np.ndarray) -> list[float]:
+    """float32 scores as the shortest decimals that round-trip to the same float32 (what the
+    index computed, without float64 noise digits: smaller, better-compressed files)."""
+    return [float(x) for x in np.asarray(values, np.float32).astype(str)]
+
+
+def plot_cell(out_dir: Path, budget: int) -> Path | None:
+    """`answer_recall_by_words.png` of this one cell (a sweep's callback plots them all)."""
+    from densex.qa.cell import CURVE_FILE
+    from densex.report.plots import plot_answer_recall
+
+    if not (out_dir / CURVE_FILE).exists():
+        return None
+    return plot_answer_recall([out_dir], out_dir / "answer_recall_by_words.png", budgets=(budget,))
+
+
 def unit_file(unit_files: Any, granularity: str) -> Path:
     """The units file of one granularity from `build_units`' result, or a located DataError."""
     try:
@@ -327,8 +351,10 @@ def unit_file(unit_files: Any, granularity: str) -> Path:
 
 
 def print_metrics(row: dict[str, Any]) -> None:
-    from rich.console import Console
+    """The cell's metrics as a table, logged (so it is in the console and in `evaluate.log`)."""
     from rich.table import Table
+
+    from densex.utils.logging import render
 
     title = " / ".join(str(row[k]) for k in ("retriever", "granularity", "dataset"))
     t = Table(title=title)
@@ -341,16 +367,16 @@ def print_metrics(row: dict[str, Any]) -> None:
             t.add_row(k, f"{v:.1f}")
         else:
             t.add_row(k, str(v))
-    Console().print(t)
+    log.info("metrics of %s\n%s", title, render(t))
 
 
 def _log_wandb(cfg: DictConfig, row, dpr_rows, units, results, curve) -> None:
-    from densex.report.wandb_log import init_run, log_cell
+    from densex.report.wandb_log import init_run, log_cell, run_name
 
     run = init_run(
         cfg,
         save_dir=cfg.paths.output_dir,
-        name="-".join(str(row[k]) for k in ("retriever", "granularity", "dataset")),
+        name=run_name(row, cfg),
         job_type="evaluate",
         config=OmegaConf.to_container(cfg, resolve=True),
     )
@@ -364,7 +390,9 @@ def _log_wandb(cfg: DictConfig, row, dpr_rows, units, results, curve) -> None:
                 "question": q["question"],
                 "answers": "; ".join(q["answers"]),
                 "top_unit": units[int(r.unit_rows[0])]["text"] if len(r.unit_rows) else "",
-                "top_passage": f"{top.get('title', '')}: {top.get('text', '')}",
+                "top_passage": (
+                    f"{top.get('title', '')}: {top['text']}" if "text" in top else top.get("id", "")
+                ),
                 "top_has_answer": top.get("has_answer", False),
                 "first_hit_rank": next(
                     (i + 1 for i, c in enumerate(q["ctxs"]) if c["has_answer"]), None

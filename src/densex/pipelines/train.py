@@ -16,6 +16,7 @@ from omegaconf import DictConfig, OmegaConf
 from densex.utils.io import write_json
 from densex.utils.logging import get_logger
 from densex.utils.models import resolve_precision
+from densex.utils.progress import LogProgress, is_tty
 from densex.utils.resume import RNGState
 from densex.utils.secrets import redact_config
 from densex.utils.trainer import CloseSpawnedProcessGroup
@@ -255,6 +256,10 @@ def run(cfg: DictConfig) -> float:
     # a spawned worker must close its process group or it may abort at exit (see the callback)
     # RNGState: generator states in every checkpoint, so a resumed run continues bit for bit
     callbacks = [*_instantiate_all(cfg.get("callbacks")), CloseSpawnedProcessGroup(), RNGState()]
+    # no terminal (a log file, SLURM): periodic log lines instead of Lightning's bar
+    show_bar = bool(cfg.trainer.get("enable_progress_bar", True)) and is_tty()
+    if cfg.trainer.get("enable_progress_bar", True) and not show_bar:
+        callbacks.append(LogProgress())
     loggers = build_loggers(cfg)
     if not loggers:  # logger=none: a learning-rate monitor has nowhere to log (Lightning raises)
         callbacks = [c for c in callbacks if not isinstance(c, pl.callbacks.LearningRateMonitor)]
@@ -265,6 +270,7 @@ def run(cfg: DictConfig) -> float:
         accumulate_grad_batches=accumulate,
         # the data module shards batches across ranks itself (length-grouped per rank)
         use_distributed_sampler=False,
+        enable_progress_bar=show_bar,
         precision=resolve_precision(cfg.trainer.get("precision", "auto")),
     )
     hparams = {

@@ -23,7 +23,7 @@ import torch
 from densex.metrics.set_f1 import SetF1Result, SetF1Scorer
 from densex.propositionizer.backbone import corrupt_decoder_inputs
 from densex.propositionizer.parse import parse_propositions
-from densex.utils.io import write_manifest
+from densex.utils.io import mkdtemp, write_manifest
 from densex.utils.logging import get_logger
 from densex.utils.models import resolve_model
 
@@ -209,7 +209,10 @@ class PropositionizerModule(pl.LightningModule):
             metrics, per_passage = result.as_dict("val/"), [s["f1"] for s in result.per_passage]
         if self.trainer.world_size > 1:
             metrics, per_passage = self.trainer.strategy.broadcast((metrics, per_passage), src=0)
-        self.log_dict({k: float(v) for k, v in metrics.items()}, sync_dist=False)
+        metrics = {k: float(v) for k, v in metrics.items()}
+        if "val/set_f1" in metrics:  # the monitored metric on the progress bar, the rest logged
+            self.log("val/set_f1", metrics.pop("val/set_f1"), prog_bar=True, sync_dist=False)
+        self.log_dict(metrics, sync_dist=False)
         for row, f1 in zip(outputs, per_passage):
             row["set_f1"] = f1
         self.last_val_predictions = outputs
@@ -271,7 +274,7 @@ class PropositionizerModule(pl.LightningModule):
         """`save_pretrained` model + tokenizer to `out_dir` (loads without densex), atomically."""
         out = Path(out_dir)
         out.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+        tmp = mkdtemp(out.parent, prefix=f".{out.name}.")
         try:
             self.model.save_pretrained(tmp)
             self.tokenizer.save_pretrained(tmp)

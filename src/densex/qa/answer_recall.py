@@ -20,6 +20,7 @@ import numpy as np
 
 from densex.metrics.answers import dpr_tokens, has_answer
 from densex.qa.budget import words_of
+from densex.utils.progress import track
 
 
 def first_answer_word(
@@ -73,9 +74,10 @@ def first_answer_words(
     """Per question, the smallest l <= max_words whose first l words contain an answer."""
     if len(ranked_unit_texts) != len(answers):
         raise ValueError(f"{len(ranked_unit_texts)} retrievals but {len(answers)} answer lists")
+    pairs = zip(ranked_unit_texts, answers)
     return [
         first_answer_word(words_of(units, max_words), ans, match_type)
-        for units, ans in zip(ranked_unit_texts, answers)
+        for units, ans in track(pairs, "answer recall by words", len(answers), "questions")
     ]
 
 

@@ -16,6 +16,7 @@ from typing import Any
 
 from densex.utils.logging import get_logger
 from densex.utils.models import resolve_dtype, resolve_model
+from densex.utils.progress import Progress
 
 log = get_logger(__name__)
 
@@ -105,7 +106,7 @@ class Reader:
             )
         order = sorted(range(len(inputs)), key=lambda i: -lengths[i])
         answers: list[str] = [""] * len(inputs)
-        with torch.inference_mode():
+        with torch.inference_mode(), Progress("reader", len(order), "questions") as progress:
             for start in range(0, len(order), self.batch_size):
                 idx = order[start : start + self.batch_size]
                 batch = self.tokenizer(
@@ -120,6 +121,7 @@ class Reader:
                 )
                 for i, text in zip(idx, self.tokenizer.batch_decode(out, skip_special_tokens=True)):
                     answers[i] = text.strip()
+                progress.advance(len(idx))
         return answers
 
 

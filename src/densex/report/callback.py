@@ -17,7 +17,14 @@ from typing import Any
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
-from densex.report.table2 import find_results, load_results, print_table2, write_table2
+from densex.report.table2 import (
+    find_results,
+    full_metrics,
+    load_results,
+    print_table2,
+    table2_rows,
+    write_table2,
+)
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +47,10 @@ def aggregate_sweep(
         int(m.split("@")[1]) for m in rows[0] if m.startswith("recall@")
     ]
     table = write_table2(rows, sweep_dir, ks)
-    print_table2(table, title=f"Table 2: passage recall@k (%) — {sweep_dir}")
+    log.info("sweep %s: %d results rows", sweep_dir, len(rows))
+    print_table2(table)
+    full = table2_rows(rows, metrics=full_metrics(rows))
+    print_table2(full, title="All cut-offs: recall@k (R@k) and answer recall at l words (AR@l), %")
     written: dict[str, Any] = {"rows": rows, "table2": table, "table2_md": sweep_dir / "table2.md"}
 
     if any(k.startswith("em@") for row in rows for k in row):
@@ -52,7 +62,10 @@ def aggregate_sweep(
     if curve_dirs:
         from densex.report.plots import plot_answer_recall
 
-        written["plot"] = plot_answer_recall(curve_dirs, sweep_dir / "answer_recall_by_words.png")
+        budgets = sorted({100, 500, *(int(r["budget"]) for r in rows if r.get("budget"))})
+        written["plot"] = plot_answer_recall(
+            curve_dirs, sweep_dir / "answer_recall_by_words.png", budgets=budgets
+        )
 
     if config is not None:
         from densex.report.wandb_log import init_run, log_files, log_table
@@ -60,6 +73,7 @@ def aggregate_sweep(
         run = init_run(config, save_dir=sweep_dir, name="table2", job_type="aggregate")
         if run is not None:
             log_table(run, "table2", table)
+            log_table(run, "table2_full", full)
             table3 = written.get("table3")
             log_files(
                 run,

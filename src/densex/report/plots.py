@@ -69,13 +69,16 @@ def answer_recall_panels(
 
 
 def plot_answer_recall(
-    job_dirs: Iterable[str | os.PathLike], out_png: str | os.PathLike
+    job_dirs: Iterable[str | os.PathLike],
+    out_png: str | os.PathLike,
+    budgets: Sequence[int] = (100, 500),
 ) -> Path | None:
     """One panel per (retriever, dataset, corpus, index), one line per granularity; None
     without curves. Corpus and index join the panel title when they vary in the sweep.
 
     Jobs that differ only in budget or reader share a curve (it depends on neither), so the
-    first one found is drawn.
+    first one found is drawn. The x-axis ends where the curves end; each word budget of
+    `budgets` inside it is a dotted vertical line labelled `l = 100` (the paper's EM@l).
     """
     import matplotlib
 
@@ -102,11 +105,25 @@ def plot_answer_recall(
     fig, axes = plt.subplots(nrows, ncols, figsize=(4.5 * ncols, 3.4 * nrows), squeeze=False)
     for ax, key in zip(axes.flat, keys):
         panel = curves[key]
+        x_max = max((max(w) for w, _ in panel.values() if w), default=0) or 1
         for gran in sorted(panel, key=lambda g: (order_index(g, GRANULARITY_ORDER), g)):
             words, recall = panel[gran]
             ax.plot(words, recall, label=_name(gran), color=COLORS.get(gran))
-        for l_words in (100, 500):
-            ax.axvline(l_words, color="grey", linestyle=":", linewidth=0.8)
+        ax.set_xlim(0, x_max)
+        ax.set_ylim(0, 100)
+        for l_words in sorted({int(b) for b in budgets}):
+            if 0 < l_words < x_max:
+                ax.axvline(l_words, color="grey", linestyle=":", linewidth=0.8)
+                ax.annotate(
+                    f"l = {l_words}",
+                    (l_words, 2),
+                    xytext=(3, 0),
+                    textcoords="offset points",
+                    rotation=90,
+                    fontsize=7,
+                    color="dimgrey",
+                    va="bottom",
+                )
         extra = ", ".join(key[i] for i in varying)
         ax.set_title(f"{_name(key[0])} — {_name(key[1])}" + (f" ({extra})" if extra else ""))
         ax.set_xlabel("number of retrieved words")

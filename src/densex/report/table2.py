@@ -60,7 +60,9 @@ def _cond(value: Any) -> str | None:
 
 
 def table2_rows(
-    rows: Sequence[dict[str, Any]], ks: Sequence[int] = (5, 20)
+    rows: Sequence[dict[str, Any]],
+    ks: Sequence[int] = (5, 20),
+    metrics: Sequence[tuple[str, str]] | None = None,
 ) -> list[dict[str, Any]]:
     """Flat Table 2 rows: `retriever`, `granularity`, `{dataset} R@k` ..., `Avg R@k` (in %).
 
@@ -72,13 +74,16 @@ def table2_rows(
     all datasets of the table and left empty (NaN) if a row misses one, as a partial average is
     not comparable. After each block (retriever [x corpus x index]) comes a `gain` row:
     proposition minus passage, in points. Rows carry recall in percent (as evaluate writes it).
+    `metrics` ((column label, row key) pairs, default `("R@k", "recall@k")` for each k) gives
+    other columns, e.g. `("AR@100", "answer_recall@100")`.
     """
+    metrics = list(metrics) if metrics is not None else [(f"R@{k}", f"recall@{k}") for k in ks]
     cells: dict[tuple, list[dict[str, Any]]] = {}
     seen: dict[tuple, tuple[int, dict[str, Any]]] = {}
     for i, row in enumerate(rows):
-        for k in ks:
-            if f"recall@{k}" not in row:
-                raise DataError(row.get("job_dir", "<rows>"), i + 1, f"recall@{k}", "missing")
+        for _, field in metrics:
+            if field not in row:
+                raise DataError(row.get("job_dir", "<rows>"), i + 1, field, "missing")
         cond = tuple(_cond(row.get(f)) for f in CONDITION_FIELDS)
         key = (*cond, str(row["retriever"]), str(row["granularity"]), str(row["dataset"]))
         full = (*key, *(str(row.get(f)) for f in REPEAT_FIELDS))
@@ -102,7 +107,7 @@ def table2_rows(
     retrievers = ordered((c[n_cond] for c in cells), RETRIEVER_ORDER)
     granularities = ordered((c[n_cond + 1] for c in cells), GRANULARITY_ORDER)
     datasets = ordered((c[n_cond + 2] for c in cells), DATASET_ORDER)
-    columns = [f"{d} R@{k}" for d in datasets for k in ks] + [f"Avg R@{k}" for k in ks]
+    columns = [f"{d} {m}" for d in datasets for m, _ in metrics] + [f"Avg {m}" for m, _ in metrics]
 
     out: list[dict[str, Any]] = []
     for r in retrievers:
@@ -114,11 +119,11 @@ def table2_rows(
                     continue
                 line: dict[str, Any] = {"retriever": r, **labels, "granularity": g}
                 for d in datasets:
-                    for k in ks:
-                        vals = [float(x[f"recall@{k}"]) for x in cells.get((*cond, r, g, d), [])]
-                        line[f"{d} R@{k}"] = sum(vals) / len(vals) if vals else math.nan
-                for k in ks:
-                    line[f"Avg R@{k}"] = sum(line[f"{d} R@{k}"] for d in datasets) / len(datasets)
+                    for m, field in metrics:
+                        vals = [float(x[field]) for x in cells.get((*cond, r, g, d), [])]
+                        line[f"{d} {m}"] = sum(vals) / len(vals) if vals else math.nan
+                for m, _ in metrics:
+                    line[f"Avg {m}"] = sum(line[f"{d} {m}"] for d in datasets) / len(datasets)
                 block[g] = line
                 out.append(line)
             if "passage" in block and "proposition" in block:
@@ -188,6 +193,42 @@ def _label(col: str) -> str:
     return f"{DATASET_LABEL.get(dataset, dataset)} {metric}"
 
 
+# answer recall within the first l retrieved words, as the README's table shows it
+ANSWER_RECALL_WORDS = (50, 100, 200, 500)
+
+
+def full_metrics(
+    rows: Sequence[dict[str, Any]], words: Sequence[int] = ANSWER_RECALL_WORDS
+) -> list[tuple[str, str]]:
+    """Every recall cut-off all rows have (`R@k`), then answer recall at `words` (`AR@l`)
+    where every row has it (from the row, else read from its job's curve file into it)."""
+    from densex.qa.cell import CURVE_FILE, read_curve
+
+    ks = sorted(
+        {int(k.split("@")[1]) for k in rows[0] if k.startswith("recall@")} if rows else set(),
+    )
+    ks = [k for k in ks if all(f"recall@{k}" in r for r in rows)]
+    for row in rows:
+        curve = Path(str(row.get("job_dir", ""))) / CURVE_FILE
+        if row.get("job_dir") and curve.exists():
+            xs, ys = read_curve(curve)
+            at = dict(zip(xs, ys))
+            for l_words in words:
+                if f"answer_recall@{l_words}" not in row and l_words in at:
+                    row[f"answer_recall@{l_words}"] = at[l_words]
+    ls = [w for w in words if rows and all(f"answer_recall@{w}" in r for r in rows)]
+    return [(f"R@{k}", f"recall@{k}") for k in ks] + [(f"AR@{w}", f"answer_recall@{w}") for w in ls]
+
+
+def _write_csv(path: Path, table: Sequence[dict[str, Any]]) -> None:
+    with atomic_open(path) as f:
+        fields = [*label_columns(table), *metric_columns(table)]
+        writer = csv.DictWriter(f, fieldnames=fields, lineterminator="\n")
+        writer.writeheader()
+        for row in table:
+            writer.writerow({c: round(v, 4) if isinstance(v, float) else v for c, v in row.items()})
+
+
 def write_table2(
     rows: Sequence[dict[str, Any]],
     out_dir: str | os.PathLike,
@@ -196,29 +237,37 @@ def write_table2(
     notes: str | None = None,
 ) -> list[dict[str, Any]]:
     """Write `table2.md` and `table2.csv` into `out_dir` (atomically); return the table rows.
-    `marks` are appended to cells of the Markdown (see `table2_markdown`), `notes` after it."""
+
+    `table2.md` holds the paper's view (recall@`ks`; `marks` appended to its cells, see
+    `table2_markdown`, and `notes` after it) and then every cut-off the jobs computed with
+    answer recall at 50/100/200/500 words (`AR@l`); that full table is also `table2_full.csv`.
+    """
     table = table2_rows(rows, ks)
+    full = table2_rows(rows, metrics=full_metrics(list(rows)))
     out = Path(out_dir)
     with atomic_open(out / "table2.md") as f:
         f.write("Passage recall@k (%) by retriever and retrieval granularity (cf. Table 2).\n\n")
         f.write(table2_markdown(table, marks))
         if notes:
             f.write("\n" + notes.rstrip("\n") + "\n")
-    with atomic_open(out / "table2.csv") as f:
-        fields = [*label_columns(table), *metric_columns(table)]
-        writer = csv.DictWriter(f, fieldnames=fields, lineterminator="\n")
-        writer.writeheader()
-        for row in table:
-            writer.writerow({c: round(v, 4) if isinstance(v, float) else v for c, v in row.items()})
+        f.write(
+            "\nAll cut-offs: passage recall@k (R@k, %) and answer recall within the first l"
+            " retrieved words (AR@l, %).\n\n"
+        )
+        f.write(table2_markdown(full))
+    _write_csv(out / "table2.csv", table)
+    _write_csv(out / "table2_full.csv", full)
     return table
 
 
 def print_table2(
     table: Sequence[dict[str, Any]], title: str = "Table 2: passage recall@k (%)"
 ) -> None:
-    """A rich table on the console, one section per retriever."""
-    from rich.console import Console
+    """A rich table on stdout, one section per retriever, at its natural width (no wrapping,
+    no escapes when stdout is a file)."""
     from rich.table import Table
+
+    from densex.utils.logging import render
 
     cols = display_columns(table)
     block_cols = label_columns(table)[:-1]
@@ -240,6 +289,4 @@ def print_table2(
             "Δ prop − psg" if gain else row["granularity"],
             *[_fmt(row[c], gain) for c in cols],
         )
-    console = Console()
-    # logs and captured output default to 80 columns, which would truncate the labels
-    Console(width=max(console.width, 120)).print(t)
+    print(f"{title}\n{render(t)}", flush=True)

@@ -90,6 +90,31 @@ def init_run(
     )
 
 
+def run_name(row: dict[str, Any], cfg: DictConfig | None = None) -> str:
+    """A run name unique within a sweep: retriever-granularity-dataset, then every other key
+    the job's command line sets (`budget=500`, `reader=tiny`, `corpus=...`) as `key=value`."""
+    parts = [str(row.get(k)) for k in ("retriever", "granularity", "dataset")]
+    shown = {"retriever", "granularity", "dataset"}
+    try:
+        from hydra.core.hydra_config import HydraConfig
+
+        overrides = list(HydraConfig.get().overrides.task) if HydraConfig.initialized() else []
+    except (ImportError, ValueError):
+        overrides = []
+    for ov in overrides:
+        key, _, value = ov.lstrip("+~").partition("=")
+        if key in shown or key.startswith(("hydra.", "paths.")) or not value:
+            continue
+        shown.add(key)
+        parts.append(f"{key}={value}")
+    return "-".join(parts)
+
+
+def _round(value: Any, digits: int = 2) -> Any:
+    """Floats as a table shows them (15.333299999999994 -> 15.33)."""
+    return round(value, digits) if isinstance(value, float) else value
+
+
 def log_cell(
     run,
     row: dict[str, Any],
@@ -131,7 +156,8 @@ def log_table(run, key: str, table: Sequence[dict[str, Any]]) -> None:
     if not table:
         return
     cols = list(table[0])
-    run.log({key: wandb.Table(columns=cols, data=[[r.get(c) for c in cols] for r in table])})
+    data = [[_round(r.get(c)) for c in cols] for r in table]
+    run.log({key: wandb.Table(columns=cols, data=data)})
 
 
 def log_files(
@@ -152,4 +178,13 @@ def log_files(
         with open(path, encoding="utf-8") as f:
             rows = list(csv.reader(f))
         if rows:
-            run.log({key: wandb.Table(columns=rows[0], data=rows[1:])})
+            data = [[_round(_number(v)) for v in r] for r in rows[1:]]
+            run.log({key: wandb.Table(columns=rows[0], data=data)})
+
+
+def _number(text: str) -> Any:
+    """A CSV cell as a float when it is one, else the text."""
+    try:
+        return float(text)
+    except ValueError:
+        return text

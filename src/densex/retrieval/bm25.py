@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -19,7 +18,7 @@ import numpy as np
 from bm25s.tokenization import Tokenizer
 
 from densex.utils.integrity import DamagedArtifact, file_records, verify_files
-from densex.utils.io import DataError, read_json, read_jsonl, write_json, write_manifest
+from densex.utils.io import DataError, mkdtemp, read_json, read_jsonl, write_json, write_manifest
 
 SPARSE_KEYS = (
     "name",
@@ -137,7 +136,7 @@ class BM25Searcher:
         """Write to a temporary directory, then rename it into place (complete or absent)."""
         out = Path(out_dir)
         out.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+        tmp = mkdtemp(out.parent, prefix=f".{out.name}.")
         try:
             self.model.save(str(tmp), show_progress=False)
             self.tokenizer.save_vocab(str(tmp))

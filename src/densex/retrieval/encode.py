@@ -41,6 +41,7 @@ from densex.utils.io import (
     write_manifest,
 )
 from densex.utils.logging import get_logger
+from densex.utils.progress import is_tty
 from densex.utils.trainer import predict_trainer
 
 log = get_logger(__name__)
@@ -318,7 +319,8 @@ class UnitsProgressBar(RichProgressBar):
 def progress_callbacks(trainer_cfg: Mapping[str, Any] | Any | None) -> list:
     """The units/s progress bar, unless the trainer config turns progress bars off."""
     enabled = trainer_cfg.get("enable_progress_bar", True) if trainer_cfg is not None else True
-    return [UnitsProgressBar()] if enabled else []
+    # without a terminal `predict_trainer` logs periodic lines (LogProgress) instead
+    return [UnitsProgressBar()] if enabled and is_tty() else []
 
 
 # ----------------------------------------------------------------------------- entry point

@@ -22,6 +22,11 @@ from typing import Protocol
 
 import numpy as np
 
+from densex.utils.progress import Progress
+
+# queries encoded and searched per call: progress shows between chunks, memory stays bounded
+QUERY_CHUNK = 512
+
 
 class Searcher(Protocol):
     """What `retrieve_passages` needs from a unit index (`densex.retrieval.build.UnitSearcher`)."""
@@ -76,6 +81,24 @@ def max_over_units(
     return prow[order], pscore[order]
 
 
+def search_chunked(
+    searcher: Searcher, queries: Sequence[str], n: int, chunk: int = QUERY_CHUNK
+) -> tuple[np.ndarray, np.ndarray]:
+    """`searcher.search(queries, n)` in chunks of `chunk` queries, under a progress bar (or
+    periodic log lines) with queries/s; the same arrays as one call."""
+    queries = list(queries)
+    if len(queries) <= chunk:
+        return searcher.search(queries, n)
+    scores, rows = [], []
+    with Progress(f"encode + search top-{n} units", total=len(queries), unit="queries") as p:
+        for start in range(0, len(queries), chunk):
+            s, r = searcher.search(queries[start : start + chunk], n)
+            scores.append(np.asarray(s))
+            rows.append(np.asarray(r))
+            p.advance(len(s))
+    return np.concatenate(scores), np.concatenate(rows)
+
+
 def retrieve_passages(
     searcher: Searcher,
     queries: Sequence[str],
@@ -104,7 +127,7 @@ def retrieve_passages(
     pending = list(range(len(queries)))
     n = max(1, min(n_start or k + 1, ntotal)) if ntotal else 0
     while pending and n > 0:
-        scores, rows = searcher.search([queries[i] for i in pending], n)
+        scores, rows = search_chunked(searcher, [queries[i] for i in pending], n)
         still = []
         for j, qi in enumerate(pending):
             us, ur = rank_units(np.asarray(scores[j]), np.asarray(rows[j]))

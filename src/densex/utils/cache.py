@@ -54,15 +54,14 @@ def ensure_built_dir(
     `manifest` (if given) is written beside the build's files.
     """
     import shutil
-    import tempfile
 
-    from densex.utils.io import write_manifest
+    from densex.utils.io import mkdtemp, write_manifest
 
     out = Path(out_dir)
     if (out / marker).exists():
         return out
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    tmp = mkdtemp(out.parent, prefix=f".{out.name}.")
     try:
         build(tmp)
         if manifest is not None:

@@ -8,7 +8,9 @@ Two promises the whole pipeline relies on:
 from __future__ import annotations
 
 import contextlib
+import gzip
 import hashlib
+import io
 import json
 import os
 import re
@@ -126,26 +128,69 @@ def tmp_tag() -> str:
     return f"{host}-{os.getpid()}"
 
 
+def umask() -> int:
+    """The process umask (read without changing it where /proc allows, else set and restored)."""
+    with contextlib.suppress(OSError, ValueError), open("/proc/self/status", "rb") as f:
+        for line in f:
+            if line.startswith(b"Umask:"):
+                return int(line.split()[1], 8)
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 @contextlib.contextmanager
 def atomic_open(
     path: str | os.PathLike, mode: str = "w", encoding: str | None = "utf-8"
 ) -> Iterator[IO]:
-    """Open a temporary file beside `path`; rename it over `path` only if the block succeeds."""
+    """Open a temporary file beside `path`; rename it over `path` only if the block succeeds.
+
+    The file gets the mode a plain `open` would give it (0644 under umask 022; the temporary
+    file's private 0600 is not kept), and a `path` ending in `.gz` is written gzip-compressed
+    (no name or time in the header, so equal content gives equal bytes).
+    """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.{tmp_tag()}.", suffix=".tmp", dir=path.parent)
     os.close(fd)
     try:
+        os.chmod(tmp, 0o666 & ~umask())
         kwargs = {} if "b" in mode else {"encoding": encoding}
-        with open(tmp, mode, **kwargs) as f:
-            yield f
-            f.flush()
-            os.fsync(f.fileno())
+        if path.name.endswith(".gz"):
+            with open(tmp, "wb") as raw:
+                with gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0) as gz:
+                    f = gz if "b" in mode else io.TextIOWrapper(gz, **kwargs)
+                    yield f
+                    f.flush()
+                    if f is not gz:
+                        f.detach()
+                raw.flush()
+                os.fsync(raw.fileno())
+        else:
+            with open(tmp, mode, **kwargs) as f:
+                yield f
+                f.flush()
+                os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         raise
+
+
+def mkdtemp(parent: str | os.PathLike, prefix: str) -> Path:
+    """A temporary directory in `parent` (to be renamed into place) with the mode a plain
+    `mkdir` gives (0755 under umask 022), not `tempfile.mkdtemp`'s private 0700."""
+    tmp = Path(tempfile.mkdtemp(prefix=prefix, dir=parent))
+    os.chmod(tmp, 0o777 & ~umask())
+    return tmp
+
+
+def open_text(path: str | os.PathLike, encoding: str = "utf-8") -> IO[str]:
+    """Open a text file for reading, gzip-decompressed when its name ends in `.gz`."""
+    if str(path).endswith(".gz"):
+        return gzip.open(path, "rt", encoding=encoding)
+    return open(path, encoding=encoding)
 
 
 def write_jsonl(path: str | os.PathLike, rows: Iterable[dict[str, Any]]) -> int:
@@ -159,18 +204,20 @@ def write_jsonl(path: str | os.PathLike, rows: Iterable[dict[str, Any]]) -> int:
 
 
 def write_json(path: str | os.PathLike, obj: Any, indent: int | None = 2) -> None:
-    """Write one JSON document atomically."""
+    """Write one JSON document atomically (gzip-compressed when `path` ends in `.gz`)."""
     with atomic_open(path) as f:
         json.dump(obj, f, ensure_ascii=False, indent=indent)
         f.write("\n")
 
 
 def read_json(path: str | os.PathLike) -> Any:
-    """Read one JSON document, with a located error if it is malformed."""
+    """Read one JSON document (`.gz` decompressed), with a located error if it is malformed."""
     path = Path(path)
     if not path.exists():
         raise DataError(path, None, None, "file not found")
     data = path.read_bytes()
+    if path.name.endswith(".gz"):
+        data = gzip.decompress(data)
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as e:

@@ -7,8 +7,10 @@ from pathlib import Path
 from typing import Any
 
 import pytorch_lightning as pl
+from pytorch_lightning.callbacks.progress import ProgressBar
 
 from densex.utils.models import resolve_precision
+from densex.utils.progress import LogProgress, is_tty
 
 # What predict needs whatever the config says: no logger, no checkpoints, no model summary, and
 # no distributed sampler (encoding and generation split whole shards across ranks themselves).
@@ -96,6 +98,10 @@ def predict_trainer(
     cfg.pop("_convert_", None)
     cfg.pop("_recursive_", None)
     callbacks = [*callbacks, CloseSpawnedProcessGroup()]
+    if cfg.get("enable_progress_bar", True) and not is_tty():
+        # no terminal: Lightning's bar would write nothing useful (or escapes) into logs
+        cfg["enable_progress_bar"] = False
+        callbacks = [c for c in callbacks if not isinstance(c, ProgressBar)] + [LogProgress()]
     if target is None or target == "pytorch_lightning.Trainer":
         return pl.Trainer(**cfg, callbacks=callbacks)
     import hydra.utils
