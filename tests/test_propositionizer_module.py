@@ -216,6 +216,7 @@ def test_set_f1_is_scored_once_under_ddp(tiny_t5, monkeypatch, rank):
 
     monkeypatch.setattr(module, "score_predictions", lambda r: scored.append(r) or _Result())
     monkeypatch.setattr(module, "log_dict", lambda d, **kw: logged.update(d))
+    monkeypatch.setattr(module, "log", lambda k, v, **kw: logged.update({k: v}))
     module._val_outputs = list(rows)
     module.on_validation_epoch_end()
     assert len(scored) == (1 if rank == 0 else 0) and strategy.calls == 1
