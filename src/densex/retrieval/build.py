@@ -17,7 +17,7 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 
 from densex.retrieval.bm25 import BM25Searcher, bm25_settings
-from densex.retrieval.encode import EmbeddingStore, encode_units_to_dir
+from densex.retrieval.encode import encode_units_to_dir, open_embeddings
 from densex.retrieval.encoders import DenseRetriever, RetrieverSpec, _to_dict
 from densex.retrieval.faiss_index import IndexSpec, ShardedIndex, build_index
 from densex.utils.cache import artifact_dir, content_key, hash_file
@@ -140,15 +140,7 @@ def load_or_build_searcher(
     shard_size = shard_size or default_shard_size(units_path)
     emb_dir = embeddings_dir(units_path, spec, cache_dir, shard_size)
     # verified (size + hash per shard) before reuse; damaged shards alone are re-encoded
-    store = None
-    if (emb_dir / "manifest.json").exists():
-        try:
-            store = EmbeddingStore.open(emb_dir)
-        except DamagedArtifact as e:
-            handle_damage(e.problems, "embeddings", f"rebuild: rm -r {emb_dir}")
-            (emb_dir / "manifest.json").unlink(missing_ok=True)
-            for path, _ in e.problems:
-                path.unlink(missing_ok=True)
+    store = open_embeddings(emb_dir)
     encoded = store is None
     if encoded:
         store = encode_units_to_dir(units_path, spec, emb_dir, trainer_cfg, shard_size=shard_size)

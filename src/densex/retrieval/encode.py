@@ -372,6 +372,25 @@ def _truncation_summary(out: Path, plan: Sequence[tuple[int, int]]) -> dict[str,
     return {"count": count, "examples": examples, "shards_unknown": unknown}
 
 
+def open_embeddings(out_dir: str | Path) -> EmbeddingStore | None:
+    """The verified `EmbeddingStore` in `out_dir`, or None when there is none or it is damaged.
+
+    A damaged store is reported (`cache.on_damaged`), and its manifest and damaged shards are
+    removed, so that encoding into the same directory re-encodes exactly those shards.
+    """
+    out = Path(out_dir)
+    if not (out / "manifest.json").exists():
+        return None
+    try:
+        return EmbeddingStore.open(out)
+    except DamagedArtifact as e:
+        handle_damage(e.problems, "embeddings", f"rebuild: rm -r {out}")
+        (out / "manifest.json").unlink(missing_ok=True)
+        for path, _ in e.problems:
+            path.unlink(missing_ok=True)
+        return None
+
+
 def encode_units_to_dir(
     units_path: str | Path,
     retriever_cfg: Mapping[str, Any] | Any,
@@ -402,19 +421,10 @@ def encode_units_to_dir(
         "dtype": dtype,
     }
     remove_orphans(out)
-    if (out / "manifest.json").exists():
-        try:
-            store = EmbeddingStore.open(out)
-        except DamagedArtifact as e:
-            handle_damage(e.problems, "embeddings", f"rebuild: rm -r {out}")
-            # resume re-encodes exactly the damaged shards
-            (out / "manifest.json").unlink(missing_ok=True)
-            for path, _ in e.problems:
-                path.unlink(missing_ok=True)
-        else:
-            if all(store.manifest.get(k) == v for k, v in job.items()):
-                store.reused = True
-                return store
+    store = open_embeddings(out)
+    if store is not None and all(store.manifest.get(k) == v for k, v in job.items()):
+        store.reused = True
+        return store
     units = _read_units(units_path)
     out.mkdir(parents=True, exist_ok=True)
     job_path = out / "encoding.json"
