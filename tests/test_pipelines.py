@@ -459,8 +459,7 @@ class _FakeSearcher:
 
 
 def test_fetch_units_for_words_extends_only_short_results():
-    from densex.pipelines.evaluate import fetch_units_for_words
-    from densex.retrieval.search import retrieve_passages
+    from densex.retrieval.search import fetch_units_for_words, retrieve_passages
 
     rng = np.random.default_rng(0)
     n_units = 40

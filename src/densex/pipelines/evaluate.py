@@ -98,7 +98,7 @@ def run(cfg: DictConfig) -> float:
     from densex.pipelines.fusion import cell_searcher, cell_units_file, fusion_keys, is_rrf
     from densex.pipelines.index import build_corpus_units, generates_propositions, global_rank
     from densex.qa.cell import qa_metrics
-    from densex.retrieval.search import retrieve_passages
+    from densex.retrieval.search import fetch_units_for_words, retrieve_passages
     from densex.utils.integrity import configure as configure_cache
     from densex.utils.integrity import remove_orphans
 
@@ -255,50 +255,6 @@ def _gold_metrics(cfg, passages, questions, results, topk, per_q) -> dict[str, A
     return gold_metrics(ranked, gold, ks=topk)
 
 
-def fetch_units_for_words(
-    searcher: Any,
-    queries: list[str],
-    results: list[Any],
-    unit_words: np.ndarray,
-    need_words: int,
-) -> int:
-    """Extend each result's ranked units until they hold `need_words` words (or the index is
-    exhausted), in place; return how many questions needed a further search.
-
-    `retrieve_passages` stops fetching units once the top-k passages are settled, which with
-    coarse units and a small k can be fewer words than the answer-recall curve and the reader's
-    budget read: their values at l words would then be understated. The extra units come from
-    the same ranking (score desc, row asc); the passages found are unchanged.
-    """
-    from densex.retrieval.search import rank_units, search_chunked
-
-    ntotal = int(searcher.ntotal)
-    avg = max(1.0, float(unit_words.mean())) if len(unit_words) else 1.0
-
-    def short(r: Any) -> bool:
-        return int(unit_words[r.unit_rows].sum()) < need_words and len(r.unit_rows) < ntotal
-
-    pending = [i for i, r in enumerate(results) if short(r)]
-    extended = len(pending)
-    while pending:
-        have = max(len(results[i].unit_rows) for i in pending)
-        n = min(ntotal, max(2 * have, have + int(np.ceil(need_words / avg)) + 1))
-        scores, rows = search_chunked(searcher, [queries[i] for i in pending], n)
-        still = []
-        for j, qi in enumerate(pending):
-            us, ur = rank_units(np.asarray(scores[j]), np.asarray(rows[j]))
-            r = results[qi]
-            grew = len(ur) > len(r.unit_rows)
-            if grew:
-                r.unit_rows, r.unit_scores = ur, us
-            if grew and n < ntotal and short(r):
-                still.append(qi)
-        pending = still
-    if extended:
-        log.info("fetched more units for %d questions to cover %d words", extended, need_words)
-    return extended
-
-
 def pyserini_retrieval(
     dpr_rows: list[dict], passages: list[dict], results: list[Any], with_text: bool
 ) -> dict[str, dict]:
@@ -340,14 +296,6 @@ def plot_cell(out_dir: Path, budget: int) -> Path | None:
     if not (out_dir / CURVE_FILE).exists():
         return None
     return plot_answer_recall([out_dir], out_dir / "answer_recall_by_words.png", budgets=(budget,))
-
-
-def unit_file(unit_files: Any, granularity: str) -> Path:
-    """The units file of one granularity from `build_units`' result, or a located DataError."""
-    try:
-        return Path(unit_files[granularity])
-    except KeyError as e:
-        raise DataError(unit_files.manifest, None, "granularity", str(e.args[0])) from e
 
 
 def print_metrics(row: dict[str, Any]) -> None:

@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
+from densex.pipelines.index import unit_file
 from densex.utils.io import DataError, atomic_open
 from densex.utils.logging import get_logger
 
@@ -107,7 +108,6 @@ def combined_units_file(unit_files: Any, granularities: Sequence[str]) -> Path:
 
 def cell_units_file(cfg: DictConfig, unit_files: Any) -> Path:
     """The units file a cell searches: its granularity's, or the fused members' combined."""
-    from densex.pipelines.evaluate import unit_file
 
     grans = unit_granularities(cfg)
     if not grans:
@@ -180,8 +180,7 @@ def fused_retrieval(
     """Each member retrieves `max(k, fusion.depth)` passages and the units covering
     `need_words` words; the rankings are fused by RRF (passages cut to k)."""
     from densex.analysis.fusion import fuse_retrievals
-    from densex.pipelines.evaluate import fetch_units_for_words
-    from densex.retrieval.search import retrieve_passages
+    from densex.retrieval.search import fetch_units_for_words, retrieve_passages
 
     depth = max(k, int(cfg.fusion.get("depth") or k))
     per_member = []

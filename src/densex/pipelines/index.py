@@ -21,6 +21,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from densex.utils.cache import artifact_dir, content_key, hash_file
 from densex.utils.integrity import configure, handle_damage, remove_orphans, verify_files
+from densex.utils.io import DataError
 from densex.utils.logging import get_logger
 
 log = get_logger(__name__)
@@ -106,7 +107,7 @@ def _propositions_intact(path: Path) -> bool:
     """Whether a cached propositions file matches the size + hash its manifest recorded;
     damaged (or unrecorded) ones are reported and regenerated (`cache.on_damaged`)."""
     from densex.propositionizer.generate import manifest_path
-    from densex.utils.io import DataError, read_json
+    from densex.utils.io import read_json
 
     try:
         record = read_json(manifest_path(path)).get("file")
@@ -167,8 +168,6 @@ def run(cfg: DictConfig) -> None:
     if stage in ("units", "propositions"):
         return None
 
-    from densex.pipelines.evaluate import unit_file
-
     units_path = unit_file(files, str(cfg.granularity.name))
     if stage == "embed":
         embed_units(cfg, units_path)
@@ -207,3 +206,11 @@ def embed_units(cfg: DictConfig, units_path: Path) -> Path | None:
     if store.reused:
         log.info("embeddings cached at %s", emb_dir)
     return emb_dir
+
+
+def unit_file(unit_files: Any, granularity: str) -> Path:
+    """The units file of one granularity from `build_units`' result, or a located DataError."""
+    try:
+        return Path(unit_files[granularity])
+    except KeyError as e:
+        raise DataError(unit_files.manifest, None, "granularity", str(e.args[0])) from e

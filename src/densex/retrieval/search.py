@@ -18,11 +18,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
+from densex.utils.logging import get_logger
 from densex.utils.progress import Progress
+
+log = get_logger(__name__)
 
 # queries encoded and searched per call: progress shows between chunks, memory stays bounded
 QUERY_CHUNK = 512
@@ -147,3 +150,45 @@ def retrieve_passages(
         np.empty(0, np.float32),
     )
     return [r if r is not None else empty for r in results]
+
+
+def fetch_units_for_words(
+    searcher: Any,
+    queries: list[str],
+    results: list[Any],
+    unit_words: np.ndarray,
+    need_words: int,
+) -> int:
+    """Extend each result's ranked units until they hold `need_words` words (or the index is
+    exhausted), in place; return how many questions needed a further search.
+
+    `retrieve_passages` stops fetching units once the top-k passages are settled, which with
+    coarse units and a small k can be fewer words than the answer-recall curve and the reader's
+    budget read: their values at l words would then be understated. The extra units come from
+    the same ranking (score desc, row asc); the passages found are unchanged.
+    """
+    ntotal = int(searcher.ntotal)
+    avg = max(1.0, float(unit_words.mean())) if len(unit_words) else 1.0
+
+    def short(r: Any) -> bool:
+        return int(unit_words[r.unit_rows].sum()) < need_words and len(r.unit_rows) < ntotal
+
+    pending = [i for i, r in enumerate(results) if short(r)]
+    extended = len(pending)
+    while pending:
+        have = max(len(results[i].unit_rows) for i in pending)
+        n = min(ntotal, max(2 * have, have + int(np.ceil(need_words / avg)) + 1))
+        scores, rows = search_chunked(searcher, [queries[i] for i in pending], n)
+        still = []
+        for j, qi in enumerate(pending):
+            us, ur = rank_units(np.asarray(scores[j]), np.asarray(rows[j]))
+            r = results[qi]
+            grew = len(ur) > len(r.unit_rows)
+            if grew:
+                r.unit_rows, r.unit_scores = ur, us
+            if grew and n < ntotal and short(r):
+                still.append(qi)
+        pending = still
+    if extended:
+        log.info("fetched more units for %d questions to cover %d words", extended, need_words)
+    return extended
