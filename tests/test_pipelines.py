@@ -22,7 +22,9 @@ import regex
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 
-from densex.pipelines.evaluate import load_units, recall_at_each_k
+from densex.corpus.columnar import PASSAGE_SCHEMA, write_shard
+from densex.corpus.units import unit_tables
+from densex.pipelines.evaluate import recall_at_each_k
 from densex.utils.io import DataError, read_json
 
 ARTICLES = ("1973_oil_crisis", "Amazon_rainforest")
@@ -297,18 +299,23 @@ def test_index_units_stage_prints_table1(repo_root, small, tmp_path, capsys):
     assert not list(tmp_path.glob("embeddings/**/manifest.json"))  # stage=units stops there
 
 
-def test_load_units_rejects_unknown_passage(tmp_path):
-    (tmp_path / "p.jsonl").write_text('{"id": "a", "text": "x"}\n')
+def test_unit_tables_reject_unknown_passage(tmp_path):
+    write_shard(
+        tmp_path / "arrow" / "passages" / "00000.arrow",
+        {"id": ["a"], "title": [""], "section": [""], "text": ["x"], "words": [1]},
+        PASSAGE_SCHEMA,
+    )
     (tmp_path / "u.jsonl").write_text(
         '{"id": "a", "passage_id": "a", "text": "x"}\n{"id": "b::s0", "passage_id": "b", "text": "y"}\n'
     )
     with pytest.raises(DataError, match=r"u.jsonl:2: field 'passage_id'"):
-        load_units(tmp_path / "u.jsonl", tmp_path / "p.jsonl")
+        unit_tables(tmp_path / "u.jsonl")
     (tmp_path / "u.jsonl").write_text(
         '{"id": "a::s1", "passage_id": "a", "text": "x"}\n{"id": "a::s0", "passage_id": "a", "text": "y"}\n'
     )
-    passages, units, rows = load_units(tmp_path / "u.jsonl", tmp_path / "p.jsonl")
-    assert rows.tolist() == [0, 0] and len(passages) == 1 and units[1]["id"] == "a::s0"
+    passages, units = unit_tables(tmp_path / "u.jsonl")
+    assert units.numpy("passage_row").tolist() == [0, 0] and len(passages) == 1
+    assert units.slice("id", 0, 2) == ["a::s1", "a::s0"]
 
 
 def test_recall_at_each_k_is_cumulative():

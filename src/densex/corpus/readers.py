@@ -34,6 +34,7 @@ __all__ = [
     "read_documents",
     "read_hf_documents",
     "read_jsonl_documents",
+    "iter_passages",
     "read_passages",
     "read_squad_documents",
     "why_not_text",
@@ -288,8 +289,13 @@ def read_documents(corpus_cfg: Mapping[str, Any], skips: Skips | None = None) ->
 
 def read_passages(path: str | os.PathLike, skips: Skips | None = None) -> list[dict[str, Any]]:
     """Passages JSONL `{"id", "title", "section", "text"}`; ids must be unique, text non-empty."""
+    return list(iter_passages(path, skips))
+
+
+def iter_passages(path: str | os.PathLike, skips: Skips | None = None) -> Iterator[dict[str, Any]]:
+    """`read_passages`, streamed: one passage at a time (only the ids seen are kept, to refuse
+    duplicates: ~100 bytes a passage)."""
     skips = skips or Skips()
-    passages: list[dict[str, Any]] = []
     seen: set[str] = set()
     for lineno, row in numbered_jsonl(path, skips):
         pid = row.get("id")
@@ -304,12 +310,9 @@ def read_passages(path: str | os.PathLike, skips: Skips | None = None) -> list[d
             skips(DataError(path, lineno, "id", f"duplicate passage id {pid!r}"))
             continue
         seen.add(pid)
-        passages.append(
-            {
-                "id": pid,
-                "title": str(row.get("title") or ""),
-                "section": str(row.get("section") or ""),
-                "text": row["text"],
-            }
-        )
-    return passages
+        yield {
+            "id": pid,
+            "title": str(row.get("title") or ""),
+            "section": str(row.get("section") or ""),
+            "text": row["text"],
+        }

@@ -83,10 +83,11 @@ def split_sentences(text: str, nlp: Language) -> list[str]:
 
 
 def split_sentences_many(
-    texts: Iterable[str], nlp: Language, batch_size: int = 256
+    texts: Iterable[str], nlp: Language, batch_size: int = 256, n_process: int = 1
 ) -> Iterator[list[str]]:
-    """`split_sentences` over many texts with `nlp.pipe` (batched, one pass)."""
-    for doc in nlp.pipe(texts, batch_size=batch_size):
+    """`split_sentences` over many texts with `nlp.pipe` (batched, one pass; `n_process` > 1
+    splits in that many worker processes, in input order)."""
+    for doc in nlp.pipe(texts, batch_size=batch_size, n_process=n_process):
         yield _sentences(doc)
 
 
@@ -125,7 +126,8 @@ def segment_paragraphs(
     nlp: Language,
     max_words: int = 100,
     min_tail_words: int = 50,
+    n_process: int = 1,
 ) -> Iterator[list[str]]:
     """For each paragraph, its passage texts (sentences of a chunk joined by one space)."""
-    for sentences in split_sentences_many(texts, nlp):
+    for sentences in split_sentences_many(texts, nlp, n_process=n_process):
         yield [" ".join(c) for c in chunk_sentences(sentences, max_words, min_tail_words)]

@@ -1,8 +1,12 @@
 """Retrieval units at the three granularities of the paper, written once and cached.
 
 `build_units` turns a corpus config into `passages.jsonl` plus one unit file per granularity
-(`passage.jsonl`, `sentence.jsonl`, `proposition.jsonl`) and a `manifest.json` (counts, average
-words, input hashes, config, skipped records). The manifest is written last and carries a key
+(`passage.jsonl`, `sentence.jsonl`, `proposition.jsonl`), their columnar copies
+(`arrow/<table>/NNNNN.arrow`, memory-mapped by every later stage: `corpus.columnar`) and a
+`manifest.json` (counts, average words, input hashes, config, skipped records). The source is
+streamed in shards of `corpus.shard_rows` passages (or documents): each shard's passages and
+sentences are written when complete, so a killed build resumes at the first missing shard, and
+sentence splitting runs in `corpus.segmentation.n_process` processes (spaCy `nlp.pipe`). The manifest is written last and carries a key
 of everything the units depend on, so a finished directory is reused and a stale one rebuilt.
 Unit ids: passage unit = passage id, sentence `"{passage_id}::s{i}"`, proposition
 `"{passage_id}::p{i}"`.
@@ -12,13 +16,25 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from densex.corpus.readers import Skips, numbered_jsonl, read_documents, read_passages
+import numpy as np
+
+from densex.corpus.columnar import (
+    PASSAGE_SCHEMA,
+    UNIT_SCHEMA,
+    ArrowTable,
+    jsonl_line,
+    shard_path,
+    table_from_jsonl,
+    write_shard,
+)
+from densex.corpus.readers import Skips, iter_passages, numbered_jsonl, read_documents
 from densex.corpus.segment import (
     count_words,
     load_sentencizer,
@@ -28,8 +44,9 @@ from densex.corpus.segment import (
 )
 from densex.utils.cache import artifact_dir, content_key, hash_file
 from densex.utils.integrity import file_records, handle_damage, remove_orphans, verify_files
-from densex.utils.io import DataError, read_json, write_jsonl, write_manifest
+from densex.utils.io import DataError, atomic_open, read_json, write_json, write_manifest
 from densex.utils.logging import get_logger
+from densex.utils.progress import Progress
 
 log = get_logger(__name__)
 
@@ -38,17 +55,25 @@ __all__ = [
     "UnitFiles",
     "build_units",
     "print_unit_table",
-    "read_propositions",
     "unit_stats",
     "unit_table",
+    "unit_tables",
     "units_dir_for",
     "units_key",
 ]
 
 GRANULARITIES = ("passage", "sentence", "proposition")
 # Bump when the unit files' content or layout changes, so old caches are not reused.
-UNITS_FORMAT_VERSION = 1
-_DEFAULT_SEGMENTATION = {"max_words": 100, "min_tail_words": 50, "spacy_model": "en_core_web_lg"}
+UNITS_FORMAT_VERSION = 2  # 2: Arrow shards beside the JSONL files
+_DEFAULT_SEGMENTATION = {
+    "max_words": 100,
+    "min_tail_words": 50,
+    "spacy_model": "en_core_web_lg",
+    "n_process": 1,
+}
+DEFAULT_SHARD_ROWS = 20_000  # source rows (passages or documents) per passage shard
+DEFAULT_SHARD_UNITS = 200_000  # units per proposition shard
+EXPORT_ROWS = 50_000  # rows per batch when writing the JSONL files from the shards
 
 
 @dataclass(frozen=True)
@@ -119,6 +144,8 @@ def units_key(
         "version": UNITS_FORMAT_VERSION,
         "sentencizer": sentencizer_id(seg["spacy_model"]),
         "on_error": _cfg(corpus_cfg, "on_error", "raise"),
+        "granularities": list(_granularities(corpus_cfg)),
+        "shard_rows": int(corpus_cfg.get("shard_rows") or DEFAULT_SHARD_ROWS),
     }
     if corpus_cfg.get("passages"):
         parts["passages"] = _hash_input(corpus_cfg["passages"])
@@ -145,105 +172,224 @@ def units_dir_for(
                         key=units_key(corpus_cfg, propositions_path))  # fmt: skip
 
 
-def _segment_documents(corpus_cfg: Mapping[str, Any], skips: Skips) -> list[dict[str, Any]]:
-    seg = _segmentation(corpus_cfg)
-    docs = list(read_documents(corpus_cfg, skips))
+def _granularities(corpus_cfg: Mapping[str, Any]) -> tuple[str, ...]:
+    """The unit granularities to build (`corpus.granularities`, default all three)."""
+    wanted = tuple(corpus_cfg.get("granularities") or GRANULARITIES)
+    unknown = sorted(set(wanted) - set(GRANULARITIES))
+    if unknown:
+        raise ValueError(f"corpus.granularities: unknown {unknown} (choose from {GRANULARITIES})")
+    return wanted
+
+
+def _batched(items: Iterable[dict[str, Any]], size: int) -> Iterator[list[dict[str, Any]]]:
+    batch: list[dict[str, Any]] = []
+    for item in items:
+        batch.append(item)
+        if len(batch) == size:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
+
+
+def _source_rows(corpus_cfg: Mapping[str, Any], skips: Skips) -> Iterator[dict[str, Any]]:
+    """Passages (`corpus.passages`) or documents (`corpus.documents`), streamed."""
+    src = corpus_cfg.get("passages")
+    if src and corpus_cfg.get("passages_format") == "beir":  # BEIR corpus.jsonl: a doc a passage
+        from densex.corpus.beir import read_beir_corpus
+
+        return iter(read_beir_corpus(src, skips))
+    if src:
+        return iter_passages(src, skips)
+    return read_documents(corpus_cfg, skips)
+
+
+def _segment_batch(
+    docs: list[dict[str, Any]], seg: Mapping[str, Any], seen: set[str], src: Any
+) -> list[dict[str, Any]]:
+    """One batch of documents -> their 100-word passages (ids `<doc id>-<chunk>`)."""
     nlp = load_sentencizer(seg["spacy_model"])
     chunks = segment_paragraphs(
-        (d["text"] for d in docs), nlp, seg["max_words"], seg["min_tail_words"]
+        (d["text"] for d in docs),
+        nlp,
+        seg["max_words"],
+        seg["min_tail_words"],
+        n_process=int(seg.get("n_process") or 1),
     )
-    return [
-        {"id": f"{doc['id']}-{c}", "title": doc["title"], "section": doc["section"], "text": text}
-        for doc, texts in zip(docs, chunks)
-        for c, text in enumerate(texts)
-    ]
-
-
-def read_propositions(
-    path: str | os.PathLike, passage_ids: Iterable[str], skips: Skips | None = None
-) -> dict[str, list[str]]:
-    """Propositions per passage from `{"id": passage_id, "propositions": [str, ...]}` JSONL.
-
-    Every passage must have a row and every row a known passage, so a truncated or mismatched
-    file fails loudly (or, with `on_error="skip"`, every gap is counted).
-    """
-    skips = skips or Skips()
-    known = list(passage_ids)
-    known_set = set(known)
-    out: dict[str, list[str]] = {}
-    present: set[str] = set()
-    for lineno, row in numbered_jsonl(path, skips):
-        pid = row.get("id")
-        if not isinstance(pid, str) or not pid:
-            skips(DataError(path, lineno, "id", "missing or empty"))
-            continue
-        if pid not in known_set:
-            skips(DataError(path, lineno, "id", f"unknown passage id {pid!r}"))
-            continue
-        if pid in present:
-            skips(DataError(path, lineno, "id", f"duplicate passage id {pid!r}"))
-            continue
-        present.add(pid)
-        props = row.get("propositions")
-        if not isinstance(props, list):
-            skips(
-                DataError(
-                    path, lineno, "propositions", f"expected a list, got {type(props).__name__}"
-                )
-            )
-            continue
-        kept = []
-        for i, p in enumerate(props):
-            if isinstance(p, str) and p.strip():
-                kept.append(p.strip())
-            else:
-                skips(DataError(path, lineno, f"propositions[{i}]", "empty or not a string"))
-        if not kept:
-            skips(DataError(path, lineno, "propositions", "no propositions"))
-            continue
-        out[pid] = kept
-    for pid in known:
-        if pid not in present:
-            skips(DataError(path, None, "id", f"passage {pid!r} has no propositions row"))
+    out = []
+    for doc, texts in zip(docs, chunks):
+        for c, text in enumerate(texts):
+            pid = f"{doc['id']}-{c}"
+            if pid in seen:
+                raise DataError(src, None, "id", f"two documents make passage id {pid!r}")
+            seen.add(pid)
+            out.append({"id": pid, "title": doc["title"], "section": doc["section"], "text": text})
     return out
 
 
-def _passage_units(passages: list[dict[str, Any]]) -> Iterator[dict[str, Any]]:
-    for p in passages:
-        yield {"id": p["id"], "passage_id": p["id"], "title": p["title"], "text": p["text"]}
+def _write_passage_shard(
+    out: Path, b: int, passages: list[dict[str, Any]], offset: int, seg: Mapping[str, Any],
+    granularities: Sequence[str],
+) -> None:  # fmt: skip
+    """Shard `b`: its sentence units, passage units, then (last: the shard's completion mark)
+    the passages themselves."""
+    arrow = out / "arrow"
+    ids = [p["id"] for p in passages]
+    texts = [p["text"] for p in passages]
+    words = [count_words(t) for t in texts]
+    rows = list(range(offset, offset + len(passages)))
+    if "sentence" in granularities:
+        nlp = load_sentencizer(seg["spacy_model"])
+        cols: dict[str, list] = {f.name: [] for f in UNIT_SCHEMA}
+        n_process = int(seg.get("n_process") or 1)
+        for pid, row, sents in zip(
+            ids, rows, split_sentences_many(texts, nlp, n_process=n_process)
+        ):
+            for i, sentence in enumerate(sents):
+                cols["id"].append(f"{pid}::s{i}")
+                cols["passage_id"].append(pid)
+                cols["passage_row"].append(row)
+                cols["text"].append(sentence)
+                cols["words"].append(count_words(sentence))
+        write_shard(shard_path(arrow / "sentence", b), cols, UNIT_SCHEMA)
+    unit_cols = {"id": ids, "passage_id": ids, "passage_row": rows, "text": texts, "words": words}
+    write_shard(shard_path(arrow / "passage", b), unit_cols, UNIT_SCHEMA)
+    passage_cols = {
+        "id": ids,
+        "title": [p["title"] for p in passages],
+        "section": [p["section"] for p in passages],
+        "text": texts,
+        "words": words,
+    }
+    write_shard(shard_path(arrow / "passages", b), passage_cols, PASSAGE_SCHEMA)
 
 
-def _sentence_units(passages: list[dict[str, Any]], spacy_model: str) -> Iterator[dict[str, Any]]:
-    nlp = load_sentencizer(spacy_model)
-    for p, sentences in zip(passages, split_sentences_many((p["text"] for p in passages), nlp)):
-        for i, s in enumerate(sentences):
-            yield {"id": f"{p['id']}::s{i}", "passage_id": p["id"], "title": p["title"], "text": s}
+def _build_passage_shards(
+    corpus_cfg: Mapping[str, Any], out: Path, skips: Skips, granularities: Sequence[str]
+) -> int:
+    """Stream the source into shards of `corpus.shard_rows` source rows (resumable: a shard
+    whose passages file exists is complete and kept); return the number of passages."""
+    seg = _segmentation(corpus_cfg)
+    shard_rows = int(corpus_cfg.get("shard_rows") or DEFAULT_SHARD_ROWS)
+    from_documents = not corpus_cfg.get("passages")
+    src = corpus_cfg.get("documents") if from_documents else corpus_cfg.get("passages")
+    seen: set[str] = set()  # documents: the passage ids made so far (ids must be unique)
+    offset = kept = 0
+    with Progress("units: passages", unit="passages") as bar:
+        for b, batch in enumerate(_batched(_source_rows(corpus_cfg, skips), shard_rows)):
+            done = shard_path(out / "arrow" / "passages", b)
+            if done.exists():  # resumed: this shard was completed by an earlier run
+                n = len(ArrowTable.open_files([done]))
+                if from_documents:
+                    seen.update(ArrowTable.open_files([done]).slice("id", 0, n))
+                offset, kept = offset + n, kept + 1
+                bar.advance(n)
+                continue
+            passages = _segment_batch(batch, seg, seen, src) if from_documents else batch
+            _write_passage_shard(out, b, passages, offset, seg, granularities)
+            offset += len(passages)
+            bar.advance(len(passages))
+    if kept:
+        log.info("units: resumed, %d shards were already complete", kept)
+    if offset == 0:
+        raise DataError(src, None, None, "the corpus has no passages")
+    return offset
 
 
-def _proposition_units(
-    passages: list[dict[str, Any]], props: dict[str, list[str]]
-) -> Iterator[dict[str, Any]]:
-    for p in passages:
-        for i, text in enumerate(props.get(p["id"], ())):
-            yield {
-                "id": f"{p['id']}::p{i}",
-                "passage_id": p["id"],
-                "title": p["title"],
-                "text": text,
-            }
+def _check_proposition_row(
+    path: Any, lineno: int, row: dict[str, Any], row_of: dict[str, int], seen: np.ndarray,
+    skips: Skips,
+) -> tuple[int, list[str]] | None:  # fmt: skip
+    """(passage row, propositions) of one `{"id", "propositions"}` row, or None (skipped)."""
+    pid = row.get("id")
+    if not isinstance(pid, str) or not pid:
+        return skips(DataError(path, lineno, "id", "missing or empty"))
+    prow = row_of.get(pid)
+    if prow is None:
+        return skips(DataError(path, lineno, "id", f"unknown passage id {pid!r}"))
+    if seen[prow]:
+        return skips(DataError(path, lineno, "id", f"duplicate passage id {pid!r}"))
+    seen[prow] = True
+    props = row.get("propositions")
+    if not isinstance(props, list):
+        why = f"expected a list, got {type(props).__name__}"
+        return skips(DataError(path, lineno, "propositions", why))
+    kept = []
+    for i, p in enumerate(props):
+        if isinstance(p, str) and p.strip():
+            kept.append(p.strip())
+        else:
+            skips(DataError(path, lineno, f"propositions[{i}]", "empty or not a string"))
+    if not kept:
+        return skips(DataError(path, lineno, "propositions", "no propositions"))
+    return prow, kept
 
 
-def _write_counted(path: Path, rows: Iterable[dict[str, Any]]) -> dict[str, Any]:
-    words = 0
+def _build_proposition_shards(
+    path: str | os.PathLike, passages: ArrowTable, out: Path, skips: Skips, shard_units: int
+) -> None:
+    """Proposition units from `{"id": passage_id, "propositions": [str, ...]}` JSONL, in the
+    file's row order, streamed into shards. Every passage must have a row and every row a known
+    passage, so a truncated or mismatched file fails loudly (or, with `on_error="skip"`, every
+    gap is counted). Memory: one dict entry and one flag per passage, nothing per unit."""
+    pids = passages.slice("id", 0, len(passages))
+    row_of = {pid: i for i, pid in enumerate(pids)}
+    del pids
+    seen = np.zeros(len(passages), dtype=bool)
+    cols: dict[str, list] = {f.name: [] for f in UNIT_SCHEMA}
+    table_dir, b = out / "arrow" / "proposition", 0
+    with Progress("units: propositions", unit="passages") as bar:
+        for lineno, row in numbered_jsonl(path, skips):
+            checked = _check_proposition_row(path, lineno, row, row_of, seen, skips)
+            bar.advance(1)
+            if checked is None:
+                continue
+            prow, props = checked
+            pid = row["id"]
+            for i, text in enumerate(props):
+                cols["id"].append(f"{pid}::p{i}")
+                cols["passage_id"].append(pid)
+                cols["passage_row"].append(prow)
+                cols["text"].append(text)
+                cols["words"].append(count_words(text))
+            if len(cols["id"]) >= shard_units:
+                write_shard(shard_path(table_dir, b), cols, UNIT_SCHEMA)
+                cols, b = {f.name: [] for f in UNIT_SCHEMA}, b + 1
+    if cols["id"] or b == 0:
+        write_shard(shard_path(table_dir, b), cols, UNIT_SCHEMA)
+    for prow in np.flatnonzero(~seen)[:1000].tolist():
+        pid = passages.slice("id", prow, prow + 1)[0]
+        skips(DataError(path, None, "id", f"passage {pid!r} has no propositions row"))
 
-    def counted() -> Iterator[dict[str, Any]]:
-        nonlocal words
-        for row in rows:
-            words += count_words(row["text"])
-            yield row
 
-    n = write_jsonl(path, counted())
+def _export_jsonl(out: Path, granularity: str, passages: ArrowTable) -> dict[str, Any]:
+    """`<granularity>.jsonl` (`{"id", "passage_id", "title", "text"}`) from its Arrow shards,
+    streamed; returns `{count, avg_words}`."""
+    units = ArrowTable.open(out / "arrow" / granularity)
+    n, words = 0, 0
+    with atomic_open(out / f"{granularity}.jsonl") as f:
+        for _, part in units.iter_slices(EXPORT_ROWS):
+            rows = part.column("passage_row").to_numpy()
+            titles = passages.take("title", rows)
+            for uid, pid, title, text in zip(
+                part.column("id").to_pylist(),
+                part.column("passage_id").to_pylist(),
+                titles,
+                part.column("text").to_pylist(),
+            ):
+                f.write(jsonl_line({"id": uid, "passage_id": pid, "title": title, "text": text}))
+            n += part.num_rows
+            words += int(part.column("words").to_numpy().sum())
     return {"count": n, "avg_words": round(words / n, 2) if n else 0.0}
+
+
+def _export_passages(out: Path, passages: ArrowTable) -> None:
+    with atomic_open(out / "passages.jsonl") as f:
+        for _, part in passages.iter_slices(EXPORT_ROWS):
+            cols = [part.column(c).to_pylist() for c in ("id", "title", "section", "text")]
+            for pid, title, section, text in zip(*cols):
+                row = {"id": pid, "title": title, "section": section, "text": text}
+                f.write(jsonl_line(row))
 
 
 def _to_container(corpus_cfg: Mapping[str, Any]) -> dict[str, Any]:
@@ -266,6 +412,40 @@ def _files(out_dir: Path, manifest: dict[str, Any]) -> UnitFiles:
     )
 
 
+def _artifact_names(out: Path, granularities: Iterable[str]) -> list[str]:
+    names = ["passages.jsonl", *(f"{g}.jsonl" for g in granularities)]
+    for table in ("passages", *granularities):
+        names += [str(p.relative_to(out)) for p in sorted((out / "arrow" / table).glob("*.arrow"))]
+    return names
+
+
+def _reuse(out: Path, key: str) -> UnitFiles | None:
+    """The finished units of `key` in `out`, verified (size + hash per file), or None."""
+    manifest_path = out / "manifest.json"
+    if not manifest_path.exists():
+        return None
+    manifest = read_json(manifest_path)
+    if manifest.get("key") != key or not isinstance(manifest.get("units"), dict):
+        return None
+    records = manifest.get("files") or {}
+    problems = verify_files(out, records)
+    if handle_damage(problems, "units", f"rebuild: rm -r {out} (or cache.on_damaged=rebuild)"):
+        return None
+    log.info("units: reusing %s", out)
+    return _files(out, manifest)
+
+
+def _start_fresh_unless_resuming(out: Path, key: str, overwrite: bool) -> None:
+    """Keep the shards of an interrupted build of the same key (resume); drop anything else."""
+    job = out / "arrow" / "job.json"
+    same = job.exists() and read_json(job).get("key") == key
+    if overwrite or not same:
+        shutil.rmtree(out / "arrow", ignore_errors=True)
+        write_json(job, {"key": key})
+    else:
+        log.info("units: resuming the interrupted build in %s", out)
+
+
 def build_units(
     corpus_cfg: Mapping[str, Any],
     out_dir: str | os.PathLike,
@@ -276,73 +456,50 @@ def build_units(
     """Write passages and passage/sentence/proposition units to `out_dir` (cached by content).
 
     Passages come from `corpus_cfg.passages`, or from segmenting `corpus_cfg.documents` when it
-    is null; propositions from `propositions_path` or `corpus_cfg.propositions` when either is set.
+    is null; propositions from `propositions_path` or `corpus_cfg.propositions` when either is
+    set. Arrow shards (`arrow/<table>/NNNNN.arrow`) are the columnar, memory-mapped copy the
+    pipeline reads; the JSONL files are the interchange format. Memory does not grow with the
+    corpus beyond one id per passage.
     """
     out = Path(out_dir)
     key = units_key(corpus_cfg, propositions_path)
-    manifest_path = out / "manifest.json"
     remove_orphans(out)
-    if manifest_path.exists() and not overwrite:
-        manifest = read_json(manifest_path)
-        if manifest.get("key") == key and isinstance(manifest.get("units"), dict):
-            files = _files(out, manifest)
-            names = [files.passages.name, *(p.name for p in files.units.values())]
-            records = manifest.get("files") or {}
-            problems = verify_files(out, {n: records.get(n) for n in names})
-            if not handle_damage(
-                problems, "units", f"rebuild: rm -r {out} (or cache.on_damaged=rebuild)"
-            ):
-                log.info("units: reusing %s", out)
-                return files
+    if not overwrite and (files := _reuse(out, key)) is not None:
+        return files
     # the old manifest goes first: a crash mid-rebuild must not leave files that look complete
-    manifest_path.unlink(missing_ok=True)
+    (out / "manifest.json").unlink(missing_ok=True)
+    _start_fresh_unless_resuming(out, key, overwrite)
     start = time.perf_counter()
     seg = _segmentation(corpus_cfg)
     skips = Skips(_cfg(corpus_cfg, "on_error", "raise"))
-    inputs: dict[str, Any] = {}
-    if corpus_cfg.get("passages"):
-        src = corpus_cfg["passages"]
-        if corpus_cfg.get("passages_format") == "beir":  # BEIR corpus.jsonl: one passage a doc
-            from densex.corpus.beir import read_beir_corpus
-
-            passages = read_beir_corpus(src, skips)
-        else:
-            passages = read_passages(src, skips)
-        inputs["passages"] = {"path": str(src), "sha256": hash_file(src)}
-    else:
-        passages = _segment_documents(corpus_cfg, skips)
-        src = corpus_cfg.get("documents")
-        inputs["documents"] = {"path": str(src), **_source_fingerprint(src, corpus_cfg)}
-        seen: set[str] = set()
-        for p in passages:
-            if p["id"] in seen:
-                raise DataError(src, None, "id", f"two documents make passage id {p['id']!r}")
-            seen.add(p["id"])
-    if not passages:
-        raise DataError(src, None, None, "the corpus has no passages")
-
-    units: dict[str, Any] = {}
-    units["passage"] = _write_counted(out / "passage.jsonl", _passage_units(passages))
-    units["sentence"] = _write_counted(
-        out / "sentence.jsonl", _sentence_units(passages, seg["spacy_model"])
-    )
+    wanted = _granularities(corpus_cfg)
+    _build_passage_shards(corpus_cfg, out, skips, wanted)
+    passages = ArrowTable.open(out / "arrow" / "passages")
+    src = corpus_cfg.get("passages") or corpus_cfg.get("documents")
+    inputs: dict[str, Any] = {
+        "passages": {"path": str(src), **_source_fingerprint(src, corpus_cfg)}
+    }
+    if not corpus_cfg.get("passages"):
+        inputs = {"documents": inputs["passages"]}
     props_path = propositions_path or corpus_cfg.get("propositions")
-    if props_path:
-        props = read_propositions(props_path, (p["id"] for p in passages), skips)
+    shutil.rmtree(out / "arrow" / "proposition", ignore_errors=True)
+    grans = [g for g in wanted if g != "proposition"]
+    if props_path and "proposition" in wanted:
+        shard_units = int(corpus_cfg.get("shard_units") or DEFAULT_SHARD_UNITS)
+        _build_proposition_shards(props_path, passages, out, skips, shard_units)
         inputs["propositions"] = {"path": str(props_path), "sha256": hash_file(props_path)}
-        units["proposition"] = _write_counted(
-            out / "proposition.jsonl", _proposition_units(passages, props)
-        )
-    else:
-        (out / "proposition.jsonl").unlink(missing_ok=True)
-    write_jsonl(out / "passages.jsonl", passages)
-    names = ["passages.jsonl", *(f"{g}.jsonl" for g in units)]
+        grans.append("proposition")
+    (out / "proposition.jsonl").unlink(missing_ok=True) if "proposition" not in grans else None
+    units = {g: _export_jsonl(out, g, passages) for g in grans}
+    _export_passages(out, passages)
     manifest = {
         "key": key,
-        "files": file_records(out, names),  # size + content hash, verified before reuse
+        "files": file_records(out, _artifact_names(out, grans)),  # verified before reuse
         "corpus": corpus_cfg.get("name"),
         "format_version": UNITS_FORMAT_VERSION,
         "units": units,
+        "passages": len(passages),
+        "tables": {t: f"arrow/{t}" for t in ("passages", *grans)},
         "inputs": inputs,
         "sentencizer": sentencizer_id(seg["spacy_model"]),
         "config": _to_container(corpus_cfg),
@@ -350,9 +507,28 @@ def build_units(
         "seconds": round(time.perf_counter() - start, 2),
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
-    write_manifest(manifest_path, **manifest)
+    write_manifest(out / "manifest.json", **manifest)
     log.info("units: wrote %s (%s)", out, ", ".join(f"{g} {s['count']}" for g, s in units.items()))
     return _files(out, manifest)
+
+
+def unit_tables(units_path: str | os.PathLike) -> tuple[ArrowTable | None, ArrowTable]:
+    """(passages, units) of a units file as memory-mapped tables: the Arrow shards the units
+    stage wrote beside `<dir>/<granularity>.jsonl` (or, for a fused cell's `a+b.jsonl`, the
+    members' shards in order). A units file made elsewhere is read into memory: with the
+    passages table when one is beside it (unknown passages are an error), else alone
+    (passages None; the units keep their own `title`)."""
+    path = Path(units_path)
+    arrow = path.parent / "arrow"
+    if not (arrow / "passages").is_dir():
+        return None, table_from_jsonl(path)
+    passages = ArrowTable.open(arrow / "passages")
+    members = [arrow / g for g in path.name.removesuffix(".jsonl").split("+")]
+    if path.name.endswith(".jsonl") and all(d.is_dir() for d in members):
+        files = [f for d in members for f in sorted(d.glob("*.arrow"))]
+        return passages, ArrowTable.open_files(files, path)
+    ids = passages.slice("id", 0, len(passages))
+    return passages, table_from_jsonl(path, {pid: i for i, pid in enumerate(ids)})
 
 
 def unit_stats(units: UnitFiles | str | os.PathLike) -> list[dict[str, Any]]:

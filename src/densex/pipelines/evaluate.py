@@ -25,13 +25,14 @@ from __future__ import annotations
 
 import csv
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
-from densex.utils.io import DataError, atomic_open, read_jsonl, write_json, write_jsonl
+from densex.utils.io import DataError, JsonStream, atomic_open, write_jsonl
 from densex.utils.logging import get_logger
 from densex.utils.progress import track
 
@@ -59,25 +60,6 @@ def cell_keys(cfg: DictConfig) -> dict[str, Any]:
     return keys
 
 
-def load_units(
-    units_path: str | Path, passages_path: str | Path
-) -> tuple[list[dict], list[dict], np.ndarray]:
-    """Passages, units, and `unit_passage_rows` (the passage row of every unit row)."""
-    passages = list(read_jsonl(passages_path, nonempty=("id",), required=("text",)))
-    row_of = {p["id"]: i for i, p in enumerate(passages)}
-    units, rows = [], []
-    for lineno, u in enumerate(
-        read_jsonl(units_path, nonempty=("id", "passage_id", "text")), start=1
-    ):
-        if u["passage_id"] not in row_of:
-            raise DataError(
-                units_path, lineno, "passage_id", f"unknown passage {u['passage_id']!r}"
-            )
-        rows.append(row_of[u["passage_id"]])
-        units.append(u)
-    return passages, units, np.asarray(rows, dtype=np.int64)
-
-
 def recall_at_each_k(hits: np.ndarray) -> np.ndarray:
     """recall@k for k = 1..K from a [n_questions, K] has_answer matrix (rank order)."""
     if hits.size == 0:
@@ -92,13 +74,7 @@ def run(cfg: DictConfig) -> float:
         from densex.pipelines.propositions import run as run_propositions
 
         return run_propositions(cfg)
-    from densex.corpus.readers import Skips
-    from densex.data.questions import load_dataset_questions
-    from densex.metrics.answers import has_answer
-    from densex.pipelines.fusion import cell_searcher, cell_units_file, fusion_keys, is_rrf
-    from densex.pipelines.index import build_corpus_units, generates_propositions, global_rank
-    from densex.qa.cell import qa_metrics
-    from densex.retrieval.search import fetch_units_for_words, retrieve_passages
+    from densex.pipelines.index import global_rank
     from densex.utils.integrity import configure as configure_cache
     from densex.utils.integrity import remove_orphans
 
@@ -110,24 +86,86 @@ def run(cfg: DictConfig) -> float:
     topk = sorted({int(k) for k in cfg.topk})
     if not topk or topk[0] < 1:
         raise ValueError(f"topk must be a non-empty list of cut-offs >= 1, got {list(cfg.topk)}")
-    K = topk[-1]
-    keys = {**cell_keys(cfg), **fusion_keys(cfg)}  # fused cells: labels say what was fused
-
-    # units: built once per corpus content, shared by every job of a sweep
-    t0 = time.perf_counter()
-    unit_files = build_corpus_units(cfg, with_generated=generates_propositions(cfg))
-    units_path = cell_units_file(cfg, unit_files)  # mixed / RRF: the members' units combined
-    passages, units, unit_passage_rows = load_units(units_path, unit_files.passages)
-    t_units = time.perf_counter() - t0
-
-    t0 = time.perf_counter()
-    searcher = cell_searcher(cfg, unit_files, units_path)
+    times: dict[str, float] = {}
+    cell = _open_cell(cfg, times)
     if global_rank() != 0:
         log.info("rank %d: encoding done; rank 0 evaluates and writes the results", global_rank())
         return float("nan")
-    if list(searcher.unit_ids) != [u["id"] for u in units]:
-        raise DataError(units_path, None, "id", "the index's unit ids differ from the units file")
-    t_index = time.perf_counter() - t0
+    questions, q_info = _questions(cfg)
+    results = _search(cfg, cell, questions, topk[-1], times)
+    per_q: dict[str, list] = {}
+    with_text = bool(cfg.get("retrieval_text", False))
+    t0 = time.perf_counter()
+    gz = ".gz" if with_text or cfg.get("retrieval_gzip", True) else ""
+    hits, samples = write_retrieval_files(
+        out_dir, gz, questions, results, cell.passages, topk[-1],
+        str(cfg.dataset.get("match", "string")), with_text, int(cfg.get("log_samples", 0) or 0),
+    )  # fmt: skip
+    curve = recall_at_each_k(hits)
+    times["match"] = time.perf_counter() - t0
+    # percent, as the paper's tables and the QA metrics
+    metrics: dict[str, Any] = {f"recall@{k}": round(100.0 * float(curve[k - 1]), 4) for k in topk}
+    metrics.update(_gold_metrics(cfg, cell.passages, questions, results, topk, per_q))
+    t0 = time.perf_counter()
+    metrics.update(_qa(cfg, cell, questions, results, out_dir, per_q))
+    times["qa"] = time.perf_counter() - t0
+    row = {
+        **cell.keys,
+        **metrics,
+        "n_questions": len(questions),
+        **q_info,
+        "n_units": len(cell.units),
+        "n_passages": len(cell.passages),
+        **{f"time_{k}_s": round(v, 3) for k, v in times.items()},
+        "time_total_s": round(time.perf_counter() - t_start, 3),
+    }
+    _write_cell_files(cfg, out_dir, row, curve, questions, hits, topk, per_q)
+    print_metrics(row)
+    _log_wandb(cfg, row, samples, cell.units, results, curve)
+    target = max([k for k in topk if k <= 20], default=topk[0])
+    return metrics[f"recall@{target}"]
+
+
+@dataclass
+class Cell:
+    """What one cell searches: its units (memory-mapped), their passages, the searcher."""
+
+    keys: dict[str, Any]
+    units_path: Path
+    passages: Any  # corpus.columnar.ArrowTable
+    units: Any  # corpus.columnar.ArrowTable
+    unit_passage_rows: np.ndarray
+    unit_words: np.ndarray
+    searcher: Any
+
+
+def _open_cell(cfg: DictConfig, times: dict[str, float]) -> Cell:
+    """Units (cached, shared by every job of a sweep) and the searcher over them (every rank
+    takes part in encoding under ddp)."""
+    from densex.corpus.units import unit_tables
+    from densex.pipelines.fusion import cell_searcher, cell_units_file, fusion_keys
+    from densex.pipelines.index import build_corpus_units, generates_propositions
+
+    keys = {**cell_keys(cfg), **fusion_keys(cfg)}  # fused cells: labels say what was fused
+    t0 = time.perf_counter()
+    unit_files = build_corpus_units(cfg, with_generated=generates_propositions(cfg))
+    units_path = cell_units_file(cfg, unit_files)  # mixed / RRF: the members' units combined
+    passages, units = unit_tables(units_path)
+    if passages is None:
+        raise DataError(units_path, None, None, "no passages table beside this units file")
+    times["units"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    searcher = cell_searcher(cfg, unit_files, units_path)
+    times["index"] = time.perf_counter() - t0
+    cell = Cell(keys, units_path, passages, units, units.numpy("passage_row"),
+                units.numpy("words").astype(np.int64), searcher)  # fmt: skip
+    return cell
+
+
+def _questions(cfg: DictConfig) -> tuple[list[dict], dict[str, Any]]:
+    """The dataset's questions (`limit_questions` first) and what loading them skipped."""
+    from densex.corpus.readers import Skips
+    from densex.data.questions import load_dataset_questions
 
     limit = cfg.get("limit_questions")
     unmatchable: list = []  # regex answers that NFD breaks: kept (as DPR does), counted
@@ -137,61 +175,58 @@ def run(cfg: DictConfig) -> float:
     )
     if not questions:
         raise DataError(str(cfg.dataset.get("path", cfg.dataset)), None, None, "no questions")
+    info = {
+        "n_unmatchable_answers": len(unmatchable),
+        "n_questions_skipped": q_skips.total,
+        "questions_skipped_by_field": dict(q_skips.by_field),
+    }
+    return questions, info
+
+
+def _search(
+    cfg: DictConfig, cell: Cell, questions: list[dict], k: int, times: dict[str, float]
+) -> list[Any]:
+    """Top-k passages per question by max over units, with units covering the words QA reads."""
+    from densex.pipelines.fusion import fused_retrieval, is_rrf
+    from densex.retrieval.search import fetch_units_for_words, retrieve_passages
 
     t0 = time.perf_counter()
-    budget = int(cfg.budget)
-    max_words = int(cfg.get("recall_curve_max_words", 500))
-    need_words = max(budget, max_words)  # the QA metrics read this many words of ranked units
-    unit_words = np.fromiter((len(u["text"].split()) for u in units), np.int64, len(units))
+    searcher = cell.searcher
+    if int(searcher.ntotal) != len(cell.units):
+        raise DataError(cell.units_path, None, None,
+                        f"the index has {searcher.ntotal} units, the units file {len(cell.units)}")  # fmt: skip
+    # the QA metrics read this many words of ranked units
+    need_words = max(int(cfg.budget), int(cfg.get("recall_curve_max_words", 500)))
     # first fetch sized by units per passage, so fine-grained indexes rarely need a second
     # search, and by the words QA reads, so coarse units with a small topk need none either
-    ratio = int(np.ceil(len(units) / max(1, len(passages))))
-    avg_words = max(1.0, float(unit_words.mean())) if len(units) else 1.0
-    n_start = max(K * ratio + 1, int(np.ceil(need_words / avg_words)) + 1)
+    ratio = int(np.ceil(len(cell.units) / max(1, len(cell.passages))))
+    words = cell.unit_words
+    avg_words = max(1.0, float(words.mean())) if len(words) else 1.0
+    n_start = max(k * ratio + 1, int(np.ceil(need_words / avg_words)) + 1)
     queries = [q["question"] for q in questions]
+    rows = cell.unit_passage_rows
     if is_rrf(cfg):
-        from densex.pipelines.fusion import fused_retrieval
-
-        results = fused_retrieval(
-            cfg, searcher, queries, unit_passage_rows, unit_words, K, need_words
-        )
+        results = fused_retrieval(cfg, searcher, queries, rows, words, k, need_words)
     else:
-        results = retrieve_passages(searcher, queries, unit_passage_rows, K, n_start=n_start)
-        fetch_units_for_words(searcher, queries, results, unit_words, need_words)
-    t_search = time.perf_counter() - t0
+        results = retrieve_passages(searcher, queries, rows, k, n_start=n_start)
+        fetch_units_for_words(searcher, queries, results, words, need_words)
+    times["search"] = time.perf_counter() - t0
+    return results
 
-    t0 = time.perf_counter()
-    match = str(cfg.dataset.get("match", "string"))
-    with_text = bool(cfg.get("retrieval_text", False))
-    hits = np.zeros((len(questions), K), dtype=bool)
-    dpr_rows = []
-    for qi, (q, r) in enumerate(
-        track(list(zip(questions, results)), "answers in passages", unit="questions")
-    ):
-        ctxs = []
-        for rank, (p, s) in enumerate(zip(r.passage_rows.tolist(), short_floats(r.passage_scores))):
-            psg = passages[p]
-            hit = bool(has_answer(q["answers"], psg["text"], match))
-            hits[qi, rank] = hit
-            ctx = {"id": psg["id"]}
-            if with_text:
-                ctx |= {"title": psg.get("title", ""), "text": psg["text"]}
-            ctxs.append({**ctx, "score": s, "has_answer": hit})
-        dpr_rows.append(
-            {"id": q.get("id"), "question": q["question"], "answers": q["answers"], "ctxs": ctxs}
-        )
-    pyserini = pyserini_retrieval(dpr_rows, passages, results, with_text)
-    curve = recall_at_each_k(hits)
-    t_match = time.perf_counter() - t0
 
-    # percent, as the paper's tables and the QA metrics
-    metrics: dict[str, Any] = {f"recall@{k}": round(100.0 * float(curve[k - 1]), 4) for k in topk}
+def _qa(cfg, cell: Cell, questions, results, out_dir: Path, per_q) -> dict[str, Any]:
+    """Answer recall by words and (with a reader) EM@budget over each question's ranked units;
+    only the units within the words QA reads are fetched."""
+    from densex.qa.cell import qa_metrics
 
-    per_q: dict[str, list] = {}
-    metrics.update(_gold_metrics(cfg, passages, questions, results, topk, per_q))
-
-    t0 = time.perf_counter()
-    ranked_unit_texts = [[units[u]["text"] for u in r.unit_rows.tolist()] for r in results]
+    budget, max_words = int(cfg.budget), int(cfg.get("recall_curve_max_words", 500))
+    need = max(budget, max_words)
+    ranked_unit_texts = []
+    for r in results:
+        rows = r.unit_rows
+        covered = np.cumsum(cell.unit_words[rows]) if len(rows) else np.zeros(0, np.int64)
+        keep = int(np.searchsorted(covered, need, side="left")) + 1  # through the unit reaching it
+        ranked_unit_texts.append(cell.units.take("text", rows[:keep]))
     qa = qa_metrics(
         questions,
         ranked_unit_texts,
@@ -199,45 +234,82 @@ def run(cfg: DictConfig) -> float:
         budget,
         max_words,
         out_dir,
-        match_type=match,
+        match_type=str(cfg.dataset.get("match", "string")),
         per_question=per_q,
     )
-    metrics.update(qa or {})
-    t_qa = time.perf_counter() - t0
+    return qa or {}
 
-    row = {
-        **keys,
-        **metrics,
-        "n_questions": len(questions),
-        "n_unmatchable_answers": len(unmatchable),
-        "n_questions_skipped": q_skips.total,
-        "questions_skipped_by_field": dict(q_skips.by_field),
-        "n_units": len(units),
-        "n_passages": len(passages),
-        "time_units_s": round(t_units, 3),
-        "time_index_s": round(t_index, 3),
-        "time_search_s": round(t_search, 3),
-        "time_match_s": round(t_match, 3),
-        "time_qa_s": round(t_qa, 3),
-        "time_total_s": round(time.perf_counter() - t_start, 3),
-    }
-    gz = ".gz" if with_text or cfg.get("retrieval_gzip", True) else ""
-    write_json(out_dir / f"retrieval.json{gz}", dpr_rows, indent=None)
-    write_json(out_dir / f"retrieval.pyserini.json{gz}", pyserini, indent=None)
+
+def _write_cell_files(cfg, out_dir: Path, row, curve, questions, hits, topk, per_q) -> None:
+    """recall_at_k.csv, per_question.jsonl, results.jsonl and the answer-recall plot."""
+    from densex.analysis.per_question import per_question_rows, write_per_question
+
     with atomic_open(out_dir / "recall_at_k.csv") as f:
         w = csv.writer(f, lineterminator="\n")
         w.writerow(["k", "recall"])
         w.writerows([[k + 1, round(100.0 * float(v), 4)] for k, v in enumerate(curve)])
-    from densex.analysis.per_question import per_question_rows, write_per_question
-
     write_per_question(out_dir, per_question_rows(questions, hits, topk, per_q))
     write_jsonl(out_dir / "results.jsonl", [row])
-    plot_cell(out_dir, budget)
+    plot_cell(out_dir, int(cfg.budget))
 
-    print_metrics(row)
-    _log_wandb(cfg, row, dpr_rows, units, results, curve)
-    target = max([k for k in topk if k <= 20], default=topk[0])
-    return metrics[f"recall@{target}"]
+
+def write_retrieval_files(
+    out_dir: Path, gz: str, questions: list[dict], results: list[Any], passages: Any, K: int,
+    match: str, with_text: bool, n_samples: int = 0,
+) -> tuple[np.ndarray, list[dict]]:  # fmt: skip
+    """Stream `retrieval.json{gz}` (DPR) and `retrieval.pyserini.json{gz}` row by row, marking
+    DPR's has_answer on each retrieved passage (text fetched only for those rows); return the
+    [n_questions, K] has_answer matrix and the first `n_samples` DPR rows (W&B samples)."""
+    from densex.metrics.answers import has_answer
+
+    hits = np.zeros((len(questions), K), dtype=bool)
+    ids = question_keys(questions)
+    samples: list[dict] = []
+    with (
+        JsonStream(out_dir / f"retrieval.json{gz}", "[") as dpr,
+        JsonStream(out_dir / f"retrieval.pyserini.json{gz}", "{") as pyserini,
+    ):
+        pairs = track(list(zip(questions, results)), "answers in passages", unit="questions")
+        for qi, (q, r) in enumerate(pairs):
+            rows = r.passage_rows
+            texts = passages.take("text", rows)
+            titles = passages.take("title", rows) if with_text else [None] * len(rows)
+            pids = passages.take("id", rows)
+            ctxs, contexts = [], []
+            for rank, score in enumerate(short_floats(r.passage_scores)):
+                hit = bool(has_answer(q["answers"], texts[rank], match))
+                hits[qi, rank] = hit
+                ctx = {"id": pids[rank]}
+                row = {"docid": pids[rank], "score": score}
+                if with_text:
+                    ctx |= {"title": titles[rank] or "", "text": texts[rank]}
+                    row["text"] = pyserini_text(titles[rank], texts[rank])
+                ctxs.append({**ctx, "score": score, "has_answer": hit})
+                contexts.append({**row, "has_answer": hit})
+            dpr_row = {"id": q.get("id"), "question": q["question"], "answers": q["answers"],
+                       "ctxs": ctxs}  # fmt: skip
+            dpr.item(dpr_row)
+            pyserini.item({"question": q["question"], "answers": q["answers"],
+                           "contexts": contexts}, key=ids[qi])  # fmt: skip
+            if len(samples) < n_samples:
+                samples.append(dpr_row)
+    return hits, samples
+
+
+def question_keys(questions: list[dict]) -> list[str]:
+    """The keys of retrieval.pyserini.json: question ids, or indexes when ids are missing or
+    repeated (with a warning)."""
+    ids = [str(q["id"]) if q.get("id") is not None else None for q in questions]
+    if None in ids or len(set(ids)) != len(ids):
+        log.warning("question ids missing or repeated: retrieval.pyserini.json keys by index")
+        ids = [str(i) for i in range(len(questions))]
+    return ids
+
+
+def pyserini_text(title: str | None, text: str) -> str:
+    """pyserini's `--combine-title-text` context: "title\\ntext" (its evaluator matches answers
+    after the newline, so newlines inside title or text become spaces)."""
+    return " ".join(str(title or "").split("\n")) + "\n" + " ".join(text.split("\n"))
 
 
 def _gold_metrics(cfg, passages, questions, results, topk, per_q) -> dict[str, Any]:
@@ -246,40 +318,13 @@ def _gold_metrics(cfg, passages, questions, results, topk, per_q) -> dict[str, A
     from densex.data.qrels import load_dataset_qrels
     from densex.metrics.rank import gold_columns, gold_metrics
 
-    qrels = load_dataset_qrels(cfg.dataset, passages)
+    qrels = load_dataset_qrels(cfg.dataset, list(passages.iter_rows(("id", "text"))))
     if qrels is None:
         return {}
-    ranked = [[passages[p]["id"] for p in r.passage_rows.tolist()] for r in results]
+    ranked = [passages.take("id", r.passage_rows) for r in results]
     gold = [qrels.get(str(q.get("id")), {}) for q in questions]
     per_q.update(gold_columns(ranked, gold))
     return gold_metrics(ranked, gold, ks=topk)
-
-
-def pyserini_retrieval(
-    dpr_rows: list[dict], passages: list[dict], results: list[Any], with_text: bool
-) -> dict[str, dict]:
-    """`dpr_rows` in the layout pyserini's `evaluate_dpr_retrieval` reads: a dict keyed by
-    question id of `{question, answers, contexts: [{docid, score, text, has_answer}]}`, with
-    `text` = "title\\ntext" (its converter's `--combine-title-text`; the evaluator matches
-    answers in the part after the newline, so newlines inside title or text become spaces) and
-    only when `with_text`; it trusts `has_answer` where present. Ids that are missing or not
-    unique fall back to the question's index."""
-    ids = [str(q["id"]) if q.get("id") is not None else None for q in dpr_rows]
-    if None in ids or len(set(ids)) != len(ids):
-        log.warning("question ids missing or repeated: retrieval.pyserini.json keys by index")
-        ids = [str(i) for i in range(len(dpr_rows))]
-    out: dict[str, dict] = {}
-    for qid, q, r in zip(ids, dpr_rows, results):
-        contexts = []
-        for ctx, p in zip(q["ctxs"], r.passage_rows.tolist()):
-            row = {"docid": ctx["id"], "score": ctx["score"]}
-            if with_text:
-                psg = passages[p]
-                title = " ".join(str(psg.get("title") or "").split("\n"))
-                row["text"] = title + "\n" + " ".join(psg["text"].split("\n"))
-            contexts.append({**row, "has_answer": ctx["has_answer"]})
-        out[qid] = {"question": q["question"], "answers": q["answers"], "contexts": contexts}
-    return out
 
 
 def short_floats(values: np.ndarray) -> list[float]:
@@ -331,13 +376,13 @@ def _log_wandb(cfg: DictConfig, row, dpr_rows, units, results, curve) -> None:
     if run is None:
         return
     samples = []
-    for q, r in list(zip(dpr_rows, results))[: int(cfg.get("log_samples", 0) or 0)]:
+    for q, r in zip(dpr_rows, results):  # the first `log_samples` rows
         top = q["ctxs"][0] if q["ctxs"] else {}
         samples.append(
             {
                 "question": q["question"],
                 "answers": "; ".join(q["answers"]),
-                "top_unit": units[int(r.unit_rows[0])]["text"] if len(r.unit_rows) else "",
+                "top_unit": units.take("text", r.unit_rows[:1])[0] if len(r.unit_rows) else "",
                 "top_passage": (
                     f"{top.get('title', '')}: {top['text']}" if "text" in top else top.get("id", "")
                 ),

@@ -19,7 +19,7 @@ import numpy as np
 from densex.retrieval.bm25 import BM25Searcher, bm25_settings
 from densex.retrieval.encode import encode_units_to_dir, open_embeddings
 from densex.retrieval.encoders import DenseRetriever, RetrieverSpec, _to_dict
-from densex.retrieval.faiss_index import IndexSpec, ShardedIndex, build_index
+from densex.retrieval.faiss_index import IndexSpec, ShardedIndex, build_index_to_dir
 from densex.utils.cache import artifact_dir, content_key, hash_file
 from densex.utils.integrity import DamagedArtifact, handle_damage, remove_orphans
 from densex.utils.io import DataError
@@ -87,11 +87,16 @@ class UnitSearcher(Protocol):
 class DenseSearcher:
     """Query encoder + faiss index over the unit embeddings of one units file."""
 
-    def __init__(self, retriever: DenseRetriever, index: ShardedIndex, unit_ids: Sequence[str]):
-        if index.ntotal != len(unit_ids):
-            raise ValueError(f"index has {index.ntotal} vectors for {len(unit_ids)} unit ids")
-        self.retriever, self.index, self.unit_ids = retriever, index, list(unit_ids)
+    def __init__(self, retriever: DenseRetriever, index: ShardedIndex, store: Any):
+        if index.ntotal != len(store):
+            raise ValueError(f"index has {index.ntotal} vectors for {len(store)} units")
+        self.retriever, self.index, self._store = retriever, index, store
         self.info: dict[str, Any] = {}
+
+    @property
+    def unit_ids(self) -> list[str]:
+        """The unit ids in row order (read on first use: one string per unit)."""
+        return self._store.ids if hasattr(self._store, "ids") else list(self._store)
 
     @property
     def ntotal(self) -> int:
@@ -163,9 +168,10 @@ def load_or_build_searcher(
             handle_damage(e.problems, "index", f"rebuild: rm -r {idx_dir}")
             (idx_dir / "manifest.json").unlink(missing_ok=True)
     built = index is None
-    if built:
-        index = build_index(store, ispec)
-        index.save(idx_dir, embeddings_dir=str(emb_dir), units_sha256=hash_file(units_path))
+    if built:  # one shard in memory at a time; written as built
+        index = build_index_to_dir(
+            store, ispec, idx_dir, embeddings_dir=str(emb_dir), units_sha256=hash_file(units_path)
+        )
     log.info(
         "%s searcher over %d units (%s embeddings, %s index %s)",
         spec.name,
@@ -174,7 +180,7 @@ def load_or_build_searcher(
         "new" if built else "cached",
         idx_dir,
     )
-    searcher = DenseSearcher(DenseRetriever(spec), index, store.ids)
+    searcher = DenseSearcher(DenseRetriever(spec), index, store)
     searcher.info = {
         "embeddings_dir": str(emb_dir),
         "index_dir": str(idx_dir),

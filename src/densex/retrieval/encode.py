@@ -23,7 +23,9 @@ from rich.progress import ProgressColumn
 from rich.text import Text
 from torch.utils.data import DataLoader, Dataset
 
-from densex.retrieval.encoders import RetrieverSpec, TextEncoder, format_units
+from densex.corpus.columnar import ArrowTable
+from densex.corpus.units import unit_tables
+from densex.retrieval.encoders import RetrieverSpec, TextEncoder, format_unit_texts, load_encoder
 from densex.utils.cache import hash_file
 from densex.utils.integrity import (
     DamagedArtifact,
@@ -36,7 +38,6 @@ from densex.utils.io import (
     DataError,
     atomic_open,
     read_json,
-    read_jsonl,
     write_json,
     write_manifest,
 )
@@ -164,18 +165,68 @@ def _complete_shards(
 # ----------------------------------------------------------------------------- Lightning parts
 
 
-class UnitsDataset(Dataset):
-    """(row, text) for the rows one process encodes, in the order they are fed to the model."""
+class ShardTexts:
+    """The texts of one shard at a time, read from the memory-mapped unit tables.
 
-    def __init__(self, rows: Sequence[int], texts: Mapping[int, Any]) -> None:
-        self.rows, self.texts = list(rows), texts
+    Holds only the units path until first use in a process (so ddp_spawn pickles a path, not a
+    table), then formats one shard's units for the encoder, orders them longest first (less
+    padding; stable, so ties keep file order) and records the units the tokenizer truncates
+    (`trunc-<stem>.json`). Memory: one shard's texts, whatever the corpus size.
+    """
+
+    def __init__(self, units_path: str | Path, spec: RetrieverSpec, encoder: Any, out: Path):
+        self.units_path, self.spec, self.encoder, self.out = Path(units_path), spec, encoder, out
+        self._tables: tuple[ArrowTable | None, ArrowTable] | None = None
+        self._shard: tuple[int, int] | None = None
+        self._texts: list = []
+        self._order: list[int] = []
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state.update(_tables=None, _shard=None, _texts=[], _order=[])
+        return state
+
+    @property
+    def tables(self) -> tuple[ArrowTable | None, ArrowTable]:
+        if self._tables is None:
+            self._tables = unit_tables(self.units_path)
+        return self._tables
+
+    def ids(self, shard: tuple[int, int]) -> list[str]:
+        return self.tables[1].slice("id", *shard)
+
+    def get(self, shard: tuple[int, int]) -> tuple[list, list[int]]:
+        """(texts of rows shard[0]..shard[1], rows in encoding order)."""
+        if shard != self._shard:
+            passages, units = self.tables
+            if passages is None:  # a standalone units file: titles are its own
+                titles = units.slice("title", *shard)
+            else:
+                titles = passages.take("title", units.numpy("passage_row")[shard[0] : shard[1]])
+            texts = format_unit_texts(self.spec, titles, units.slice("text", *shard))
+            order, truncated = _length_order(self.encoder, texts, range(*shard))
+            cut = [uid for uid, t in zip(self.ids(shard), truncated) if t]
+            write_json(self.out / f"trunc-{shard_stem(*shard)}.json", cut, indent=None)
+            self._shard, self._texts, self._order = shard, texts, order
+        return self._texts, self._order
+
+
+class UnitsDataset(Dataset):
+    """(row, text) for the shards one process encodes, shard after shard, each longest first."""
+
+    def __init__(self, shards: Sequence[tuple[int, int]], texts: ShardTexts) -> None:
+        self.shards, self.texts = list(shards), texts
+        self._ends = np.cumsum([e - s for s, e in self.shards])
 
     def __len__(self) -> int:
-        return len(self.rows)
+        return int(self._ends[-1]) if len(self._ends) else 0
 
     def __getitem__(self, i: int) -> tuple[int, Any]:
-        row = self.rows[i]
-        return row, self.texts[row]
+        w = int(np.searchsorted(self._ends, i, side="right"))
+        shard = self.shards[w]
+        texts, order = self.texts.get(shard)
+        row = order[i - (int(self._ends[w - 1]) if w else 0)]
+        return row, texts[row - shard[0]]
 
 
 class _Collate:
@@ -197,20 +248,18 @@ class UnitsDataModule(pl.LightningDataModule):
     def __init__(
         self,
         shards: Sequence[tuple[int, int]],
-        order: Mapping[tuple[int, int], Sequence[int]],
-        texts: Mapping[int, Any],
+        texts: ShardTexts,
         encoder: TextEncoder,
         batch_size: int,
     ) -> None:
         super().__init__()
-        self.shards, self.order, self.texts = list(shards), order, texts
+        self.shards, self.texts = list(shards), texts
         self.encoder, self.batch_size = encoder, batch_size
 
     def predict_dataloader(self) -> DataLoader:
         rank, world = self.trainer.global_rank, self.trainer.world_size
-        rows = [r for sh in self.shards[rank::world] for r in self.order[sh]]
         return DataLoader(
-            UnitsDataset(rows, self.texts),
+            UnitsDataset(self.shards[rank::world], self.texts),
             batch_size=self.batch_size,
             shuffle=False,
             collate_fn=_Collate(self.encoder),
@@ -236,11 +285,16 @@ class EmbeddingShardWriter(BasePredictionWriter):
         self,
         out_dir: str | Path,
         shards: Sequence[tuple[int, int]],
-        ids: Mapping[tuple[int, int], Sequence[str]],
+        texts: ShardTexts,
         dtype: str,
     ) -> None:
         super().__init__("batch")
-        self.out_dir, self.shards, self.ids, self.dtype = Path(out_dir), list(shards), ids, dtype
+        self.out_dir, self.shards, self.texts, self.dtype = (
+            Path(out_dir),
+            list(shards),
+            texts,
+            dtype,
+        )
         self._starts = np.array([s for s, _ in self.shards], dtype=np.int64)
         self._buffers: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
         self.shards_written = 0
@@ -278,7 +332,7 @@ class EmbeddingShardWriter(BasePredictionWriter):
 
     def _write_shard(self, shard: tuple[int, int], emb: np.ndarray) -> None:
         stem = shard_stem(*shard)
-        write_json(self.out_dir / f"ids-{stem}.json", list(self.ids[shard]), indent=None)
+        write_json(self.out_dir / f"ids-{stem}.json", self.texts.ids(shard), indent=None)
         with atomic_open(self.out_dir / f"emb-{stem}.npy", "wb") as f:
             np.save(f, emb.astype(self.dtype, copy=False))
         self.shards_written += 1
@@ -326,33 +380,12 @@ def progress_callbacks(trainer_cfg: Mapping[str, Any] | Any | None) -> list:
 # ----------------------------------------------------------------------------- entry point
 
 
-def _read_units(path: Path) -> list[dict[str, Any]]:
-    units, seen = [], {}
-    for lineno, row in enumerate(read_jsonl(path, required=("id", "text")), start=1):
-        if not isinstance(row["text"], str):
-            raise DataError(path, lineno, "text", "must be a string")
-        uid = str(row["id"])
-        if uid in seen:
-            raise DataError(path, lineno, "id", f"duplicate id {uid!r} (first on row {seen[uid]})")
-        seen[uid] = lineno
-        units.append(row)
-    if not units:
-        raise DataError(path, None, None, "no units to encode")
-    return units
-
-
-def _length_order(
-    encoder: TextEncoder, texts: Sequence[Any], rows: range
-) -> tuple[list[int], np.ndarray]:
+def _length_order(encoder: Any, texts: Sequence[Any], rows: range) -> tuple[list[int], np.ndarray]:
     """Rows of one shard, longest first by token count (stable, so ties keep file order), and
-    which of them the tokenizer truncates (more tokens than `max_length` with the specials)."""
+    which of them the tokenizer truncates (more tokens than it keeps)."""
     flat = [t if isinstance(t, str) else f"{t[0]} {t[1]}" for t in texts]
-    room = encoder.max_length - encoder.tokenizer.num_special_tokens_to_add(pair=False)
-    ids = encoder.tokenizer(
-        flat, add_special_tokens=False, truncation=True, max_length=encoder.max_length + 1
-    )["input_ids"]
-    lengths = np.array([len(x) for x in ids])
-    truncated = lengths > room
+    lengths = np.asarray(encoder.token_lengths(flat))
+    truncated = lengths > encoder.max_tokens
     return [rows[i] for i in np.argsort(-lengths, kind="stable")], truncated
 
 
@@ -425,7 +458,9 @@ def encode_units_to_dir(
     if store is not None and all(store.manifest.get(k) == v for k, v in job.items()):
         store.reused = True
         return store
-    units = _read_units(units_path)
+    n_units = len(unit_tables(units_path)[1])
+    if n_units == 0:
+        raise DataError(units_path, None, None, "no units to encode")
     out.mkdir(parents=True, exist_ok=True)
     job_path = out / "encoding.json"
     if job_path.exists():
@@ -438,7 +473,7 @@ def encode_units_to_dir(
     else:
         write_json(job_path, job)
 
-    plan = plan_shards(len(units), shard_size)
+    plan = plan_shards(n_units, shard_size)
     done = _complete_shards(out, plan, dtype)
     pending = [sh for sh in plan if sh not in done]
     t0, world, trainer = time.perf_counter(), 1, None
@@ -450,32 +485,9 @@ def encode_units_to_dir(
             spec.name,
             len(done),
         )
-        encoder = TextEncoder(spec.doc_model_or_query, spec, spec.max_length)
-        texts_all = format_units(spec, units)
-        texts: dict[int, Any] = {}
-        order: dict[tuple[int, int], list[int]] = {}
-        ids: dict[tuple[int, int], list[str]] = {}
-        n_truncated, cut_examples = 0, []
-        for sh in pending:
-            rows = range(*sh)
-            shard_texts = texts_all[sh[0] : sh[1]]
-            texts.update(zip(rows, shard_texts))
-            order[sh], truncated = _length_order(encoder, shard_texts, rows)
-            ids[sh] = [str(units[r]["id"]) for r in rows]
-            cut = [ids[sh][i] for i in np.flatnonzero(truncated)]
-            write_json(out / f"trunc-{shard_stem(*sh)}.json", cut, indent=None)
-            n_truncated += len(cut)
-            if cut and len(cut_examples) < 10:
-                cut_examples += cut[: 10 - len(cut_examples)]
-        if n_truncated:
-            log.warning(
-                "%d units are longer than %s's max_length (%d tokens) and are truncated, e.g. %s",
-                n_truncated,
-                spec.name,
-                encoder.max_length,
-                cut_examples,
-            )
-        writer = EmbeddingShardWriter(out, pending, ids, dtype)
+        encoder = load_encoder(spec, "doc")
+        texts = ShardTexts(units_path, spec, encoder, out)
+        writer = EmbeddingShardWriter(out, pending, texts, dtype)
         # encoding runs in the retriever's precision (part of the cache key), never the
         # trainer's: `trainer.precision=auto` must not turn cached fp32 vectors into bf16 ones
         trainer = predict_trainer(
@@ -485,7 +497,7 @@ def encode_units_to_dir(
             precision=spec.precision,
         )
         world = trainer.world_size
-        dm = UnitsDataModule(pending, order, texts, encoder, spec.batch_size)
+        dm = UnitsDataModule(pending, texts, encoder, spec.batch_size)
         trainer.predict(EncoderModule(encoder), datamodule=dm, return_predictions=False)
         # with `strategy=ddp` every rank runs this function: wait for all shards, let rank 0
         # write the manifest (ddp_spawn returns here in the main process only)
@@ -498,6 +510,15 @@ def encode_units_to_dir(
         raise RuntimeError(f"encoding finished with {len(missing)} shards missing: {missing[:3]}")
     dim = int(np.load(out / f"emb-{shard_stem(*plan[0])}.npy", mmap_mode="r").shape[1])
     seconds = time.perf_counter() - t0
+    truncated = _truncation_summary(out, plan)
+    if truncated["count"]:
+        log.warning(
+            "%d units are longer than %s's max_length (%d tokens) and were truncated, e.g. %s",
+            truncated["count"],
+            spec.name,
+            spec.max_length,
+            truncated["examples"][:10],
+        )
     encoded = sum(e - s for s, e in pending)
     write_manifest(
         out / "manifest.json",
@@ -507,7 +528,7 @@ def encode_units_to_dir(
         retriever=spec.cache_fields("doc"),
         dim=dim,
         dtype=dtype,
-        count=len(units),
+        count=n_units,
         units_path=str(units_path.resolve()),
         units_sha256=job["units_sha256"],
         shard_size=shard_size,
@@ -525,7 +546,7 @@ def encode_units_to_dir(
             }
             for s, e in plan
         ],
-        truncated_units=_truncation_summary(out, plan),
+        truncated_units=truncated,
         encoded_this_run=encoded,
         resumed_shards=len(done),
         processes=world,

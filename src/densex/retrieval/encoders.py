@@ -197,6 +197,18 @@ class TextEncoder(nn.Module):
             emb = nn.functional.normalize(emb, p=2, dim=-1)
         return emb
 
+    def token_lengths(self, texts: Sequence[str]) -> np.ndarray:
+        """Tokens per text without the special tokens (counted up to max_length + 1)."""
+        ids = self.tokenizer(
+            list(texts), add_special_tokens=False, truncation=True, max_length=self.max_length + 1
+        )["input_ids"]
+        return np.array([len(x) for x in ids], dtype=np.int64)
+
+    @property
+    def max_tokens(self) -> int:
+        """Text tokens kept: max_length minus the special tokens."""
+        return self.max_length - self.tokenizer.num_special_tokens_to_add(pair=False)
+
     @property
     def dim(self) -> int:
         if self.spec.backend == "sentence-transformers":
@@ -209,9 +221,16 @@ class TextEncoder(nn.Module):
 
 def format_units(spec: RetrieverSpec, units: Sequence[Mapping[str, Any]]) -> list:
     """Units -> what the document tokenizer takes: strings, or (title, text) pairs for 'pair'."""
+    return format_unit_texts(spec, [u.get("title") for u in units], [u["text"] for u in units])
+
+
+def format_unit_texts(
+    spec: RetrieverSpec, titles: Sequence[str | None], texts: Sequence[str]
+) -> list:
+    """`format_units` from parallel title and text columns (what the Arrow tables hold)."""
     out: list = []
-    for u in units:
-        title, text = (u.get("title") or "").strip(), u["text"]
+    for title, text in zip(titles, texts):
+        title = (title or "").strip()
         if spec.title == "pair":
             out.append((spec.doc_prefix + title, text))
         elif spec.title == "prefix" and title:
@@ -219,6 +238,13 @@ def format_units(spec: RetrieverSpec, units: Sequence[Mapping[str, Any]]) -> lis
         else:
             out.append(spec.doc_prefix + text)
     return out
+
+
+def load_encoder(spec: RetrieverSpec, side: str) -> nn.Module:
+    """The document (side="doc") or query encoder module of `spec`."""
+    if side == "doc":
+        return TextEncoder(spec.doc_model_or_query, spec, spec.max_length)
+    return TextEncoder(spec.query_model, spec, spec.query_max_length)
 
 
 def format_queries(spec: RetrieverSpec, queries: Sequence[str]) -> list[str]:

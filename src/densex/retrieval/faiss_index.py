@@ -30,6 +30,8 @@ log = get_logger(__name__)
 GPU_MAX_K = 2048
 # Search-time settings: applied when an index is loaded, never part of its build key.
 SEARCH_KEYS = ("use_gpu", "search_batch_size", "params", "recall_queries", "recall_k")
+# memory-mapped reads: flat codes (IFC) and inverted lists (IVF) stay on disk until touched
+MMAP_FLAGS = faiss.IO_FLAG_MMAP_IFC | faiss.IO_FLAG_READ_ONLY
 
 
 @dataclass(frozen=True)
@@ -46,6 +48,9 @@ class IndexSpec:
     recall_queries: int = 0
     recall_k: int = 10
     seed: int = 0
+    # CPU RAM an index may hold at once: a bigger index is cut into shards of at most this
+    # size, written as they are built and searched memory-mapped, one shard at a time
+    memory_budget_gb: float = 2.0
 
     @classmethod
     def from_cfg(cls, cfg: Mapping[str, Any] | Any | None) -> IndexSpec:
@@ -128,22 +133,43 @@ def _want_gpu(use_gpu: Any) -> bool:
 
 
 class ShardedIndex:
-    """Row-range shards of one logical inner-product index; `search` merges their top-n."""
+    """Row-range shards of one logical inner-product index; `search` merges their top-n.
 
-    def __init__(self, shards: list[faiss.Index], offsets: list[int], spec: IndexSpec) -> None:
+    A shard is either resident (a faiss index in RAM or on a GPU) or, for an index opened with
+    `lazy=True`, a file read memory-mapped when searched and released right after, so searching
+    holds one shard's pages at a time, whatever the corpus size.
+    """
+
+    def __init__(
+        self,
+        shards: list[faiss.Index | None],
+        offsets: list[int],
+        spec: IndexSpec,
+        paths: list[Path] | None = None,
+        ntotals: list[int] | None = None,
+        dim: int | None = None,
+    ) -> None:
         if len(shards) != len(offsets):
             raise ValueError("one offset per shard")
         self.shards, self.offsets, self.spec = shards, offsets, spec
+        self.paths = paths or [None] * len(shards)
+        self.ntotals = ntotals or [int(s.ntotal) for s in shards]
+        self._dim = dim if dim is not None else int(shards[0].d)
         self.info: dict[str, Any] = {}
         self._cpu_copies: dict[int, faiss.Index] = {}
 
     @property
     def ntotal(self) -> int:
-        return int(sum(s.ntotal for s in self.shards))
+        return int(sum(self.ntotals))
 
     @property
     def dim(self) -> int:
-        return int(self.shards[0].d)
+        return self._dim
+
+    @property
+    def lazy(self) -> bool:
+        """Whether shards are read (memory-mapped) at search time rather than held."""
+        return any(s is None for s in self.shards)
 
     def to_gpu(self) -> ShardedIndex:
         """Move shards to the GPU(s) when wanted and possible (HNSW stays on the CPU)."""
@@ -151,7 +177,8 @@ class ShardedIndex:
             return self
         res = faiss.StandardGpuResources()
         moved = []
-        for i, s in enumerate(self.shards):
+        for i in range(len(self.shards)):
+            s = self._open(i)
             try:
                 moved.append(faiss.index_cpu_to_gpu(res, i % faiss.get_num_gpus(), s))
             except RuntimeError as e:  # e.g. HNSW has no GPU version
@@ -163,41 +190,47 @@ class ShardedIndex:
             _set_params(s, self.spec.params)
         return self
 
+    def _open(self, s: int) -> faiss.Index:
+        """Shard `s`: the resident index, or its file read memory-mapped (search params set)."""
+        if self.shards[s] is not None:
+            return self.shards[s]
+        shard = faiss.read_index(str(self.paths[s]), MMAP_FLAGS)
+        _set_params(shard, self.spec.params)
+        return shard
+
     def search(self, queries: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
-        """Top-n rows by inner product: (scores float32 [nq, n], rows int64 [nq, n], -1 = none)."""
+        """Top-n rows by inner product: (scores float32 [nq, n], rows int64 [nq, n], -1 = none).
+
+        Shard after shard, each searched for every query and merged into the running top-n
+        (stable: ties keep the lower shard first, as one concatenated ranking would)."""
         q = np.ascontiguousarray(queries, dtype=np.float32)
         if q.ndim != 2 or (len(q) and q.shape[1] != self.dim):
             raise ValueError(f"queries must be [nq, {self.dim}], got {q.shape}")
-        scores = np.full((len(q), n), -np.inf, dtype=np.float32)
-        rows = np.full((len(q), n), -1, dtype=np.int64)
+        scores = np.full((len(q), max(n, 0)), -np.inf, dtype=np.float32)
+        rows = np.full((len(q), max(n, 0)), -1, dtype=np.int64)
         if n <= 0 or len(q) == 0 or self.ntotal == 0:
             return scores, rows
         bs = max(1, self.spec.search_batch_size)
-        for b in range(0, len(q), bs):
-            qb = q[b : b + bs]
-            parts_d, parts_i = [], []
-            for s_idx, (shard, off) in enumerate(zip(self.shards, self.offsets)):
-                k = min(n, shard.ntotal)
-                if k == 0:
-                    continue
-                d, i = self._shard_for(s_idx, k).search(qb, k)
-                parts_d.append(np.where(i >= 0, d, -np.inf).astype(np.float32))
-                parts_i.append(np.where(i >= 0, i + off, -1))
-            d = np.concatenate(parts_d, axis=1)
-            i = np.concatenate(parts_i, axis=1)
-            if len(parts_d) > 1:  # merge: stable, so ties keep the lower row first
-                order = np.argsort(-d, axis=1, kind="stable")[:, :n]
-                d = np.take_along_axis(d, order, axis=1)
-                i = np.take_along_axis(i, order, axis=1)
-            m = min(n, d.shape[1])
-            scores[b : b + bs, :m], rows[b : b + bs, :m] = d[:, :m], i[:, :m]
+        for s_idx, off in enumerate(self.offsets):
+            k = min(n, self.ntotals[s_idx])
+            if k == 0:
+                continue
+            shard = self._open(s_idx)
+            searcher = self._shard_for(s_idx, shard, k)
+            for b in range(0, len(q), bs):
+                d, i = searcher.search(q[b : b + bs], k)
+                d = np.where(i >= 0, d, -np.inf).astype(np.float32)
+                i = np.where(i >= 0, i + off, -1)
+                scores[b : b + bs], rows[b : b + bs] = merge_top_n(
+                    scores[b : b + bs], rows[b : b + bs], d, i, n
+                )
+            del shard, searcher  # a memory-mapped shard's pages are released here
         return scores, rows
 
-    def _shard_for(self, s: int, k: int) -> faiss.Index:
-        """Shard `s`, or for k above faiss-GPU's selection limit a CPU copy of it (made once,
+    def _shard_for(self, s: int, shard: faiss.Index, k: int) -> faiss.Index:
+        """`shard`, or for k above faiss-GPU's selection limit a CPU copy of it (made once,
         with the same search parameters), so the doubling search of fine-grained units can ask
         for any n."""
-        shard = self.shards[s]
         if k <= GPU_MAX_K or not _is_gpu(shard):
             return shard
         if s not in self._cpu_copies:
@@ -218,15 +251,16 @@ class ShardedIndex:
         out.mkdir(parents=True, exist_ok=True)
         files = []
         for i, shard in enumerate(self.shards):
-            cpu = faiss.index_gpu_to_cpu(shard) if _is_gpu(shard) else shard
-            name = f"shard-{i:03d}-of-{len(self.shards):03d}.faiss"
-            with atomic_open(out / name, "wb") as f:
-                faiss.write_index(cpu, faiss.PyCallbackIOWriter(f.write))
+            name = shard_file_name(i, len(self.shards))
+            if shard is not None:
+                write_shard_index(shard, out / name)
+            elif self.paths[i] != out / name:
+                raise ValueError(f"shard {i} lives in {self.paths[i]}, not in {out}")
             files.append(
                 {
                     "file": name,
                     "offset": self.offsets[i],
-                    "ntotal": int(shard.ntotal),
+                    "ntotal": self.ntotals[i],
                     "record": file_record(out / name),  # size + hash, verified on load
                 }
             )
@@ -257,19 +291,40 @@ class ShardedIndex:
             err = DamagedArtifact(path, None, None, f"damaged index shard: {why}")
             err.problems = problems
             raise err
-        shards = []
-        for entry in man["shards"]:
-            path = d / entry["file"]
+        paths = [d / e["file"] for e in man["shards"]]
+        for path in paths:
             if not path.exists():
                 raise DataError(path, None, None, "index shard listed in the manifest is missing")
-            shard = faiss.read_index(str(path))
+        size = sum(p.stat().st_size for p in paths)
+        lazy = not _want_gpu(spec.use_gpu) and size > spec.memory_budget_gb * (1 << 30)
+        shards: list[faiss.Index | None] = []
+        for path, entry in zip(paths, man["shards"]):
+            # over the memory budget: each shard is read memory-mapped when searched
+            shard = faiss.read_index(str(path), MMAP_FLAGS if lazy else 0)
             if shard.ntotal != entry["ntotal"]:
                 raise DataError(
                     path, None, "ntotal", f"{shard.ntotal} != manifest {entry['ntotal']}"
                 )
             _set_params(shard, spec.params)
-            shards.append(shard)
-        index = cls(shards, [e["offset"] for e in man["shards"]], spec)
+            shards.append(None if lazy else shard)
+            del shard
+        if lazy:
+            log.info(
+                "index %s: %.1f GB > index.memory_budget_gb=%s, searched memory-mapped shard by "
+                "shard (%d shards)",
+                d,
+                size / (1 << 30),
+                spec.memory_budget_gb,
+                len(paths),
+            )
+        index = cls(
+            shards,
+            [e["offset"] for e in man["shards"]],
+            spec,
+            paths=paths,
+            ntotals=[int(e["ntotal"]) for e in man["shards"]],
+            dim=int(man["dim"]),
+        )
         index.info = {k: man[k] for k in ("recall", "build_seconds") if k in man}
         measured_with = index.info.get("recall", {}).get("params")
         if measured_with is not None and measured_with != dict(spec.params):
@@ -305,12 +360,7 @@ def build_index(vectors: Any, spec: IndexSpec | Mapping[str, Any] | None = None)
     t0 = time.perf_counter()
     ntotal = int(len(vectors))
     dim = int(vectors.dim if hasattr(vectors, "dim") else np.asarray(vectors).shape[1])
-    factory = spec.factory.replace("{nlist}", str(_nlist(ntotal)))
-    template = faiss.index_factory(dim, factory, faiss.METRIC_INNER_PRODUCT)
-    if not template.is_trained:
-        sample = _train_sample(vectors, ntotal, spec.train_size or ntotal, spec.seed)
-        log.info("training %s on %d vectors", factory, len(sample))
-        template.train(sample)
+    template, factory = _trained_template(vectors, ntotal, dim, spec)
     bounds = shard_bounds(ntotal, spec.num_shards)
     shards = [faiss.clone_index(template) for _ in range(len(bounds) - 1)]
     for start, arr in iter_arrays(vectors):
@@ -322,20 +372,102 @@ def build_index(vectors: Any, spec: IndexSpec | Mapping[str, Any] | None = None)
         _set_params(shard, spec.params)
     index = ShardedIndex(shards, bounds[:-1], spec)
     index.info = {"factory": factory}
-    if not spec.exact and spec.recall_queries > 0 and ntotal > 0:
-        index.info["recall"] = {
-            **measure_recall(index, vectors, spec.recall_queries, spec.recall_k),
-            "params": dict(spec.params),
-        }
-        log.info(
-            "index %s: recall@%d vs exact = %.4f on %d sampled vectors",
-            factory,
-            spec.recall_k,
-            index.info["recall"]["recall"],
-            index.info["recall"]["queries"],
-        )
+    _measure(index, vectors, spec, factory)
     index.info["build_seconds"] = round(time.perf_counter() - t0, 3)
     return index.to_gpu()
+
+
+def shard_file_name(i: int, count: int) -> str:
+    """The file of index shard `i` of `count`."""
+    return f"shard-{i:03d}-of-{count:03d}.faiss"
+
+
+def write_shard_index(shard: faiss.Index, path: Path) -> None:
+    """One shard (a GPU one copied to the CPU first) to `path`, atomically."""
+    cpu = faiss.index_gpu_to_cpu(shard) if _is_gpu(shard) else shard
+    with atomic_open(path, "wb") as f:
+        faiss.write_index(cpu, faiss.PyCallbackIOWriter(f.write))
+
+
+def shards_for_budget(ntotal: int, bytes_per_vector: int, spec: IndexSpec) -> int:
+    """`spec.num_shards`, raised so that no shard exceeds `spec.memory_budget_gb`."""
+    budget = max(1, int(spec.memory_budget_gb * (1 << 30)))
+    return max(int(spec.num_shards), -(-ntotal * bytes_per_vector // budget))
+
+
+def build_index_to_dir(
+    vectors: Any, spec: IndexSpec | Mapping[str, Any] | None, out_dir: str | Path, **manifest: Any
+) -> ShardedIndex:
+    """`build_index`, holding one shard at a time: each shard is built from streamed vectors,
+    written to `out_dir` and released, then the manifest is written and the index loaded (held
+    in RAM, or memory-mapped shard by shard when over `spec.memory_budget_gb`). Peak memory:
+    one shard plus the training sample, whatever the corpus size."""
+    spec = spec if isinstance(spec, IndexSpec) else IndexSpec.from_cfg(spec)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    ntotal = int(len(vectors))
+    dim = int(vectors.dim if hasattr(vectors, "dim") else np.asarray(vectors).shape[1])
+    template, factory = _trained_template(vectors, ntotal, dim, spec)
+    per_vector = max(1, int(getattr(template, "code_size", dim * 4)))
+    bounds = shard_bounds(ntotal, shards_for_budget(ntotal, per_vector, spec))
+    n_shards = len(bounds) - 1
+    for s in range(n_shards):
+        shard = faiss.clone_index(template)
+        for start, arr in iter_arrays(vectors):
+            lo, hi = max(start, bounds[s]), min(start + len(arr), bounds[s + 1])
+            if lo < hi:
+                shard.add(arr[lo - start : hi - start])
+        write_shard_index(shard, out / shard_file_name(s, n_shards))
+        del shard
+    paths = [out / shard_file_name(s, n_shards) for s in range(n_shards)]
+    ntotals = [bounds[s + 1] - bounds[s] for s in range(n_shards)]
+    index = ShardedIndex([None] * n_shards, bounds[:-1], spec, paths, ntotals, dim)
+    index.info = {"factory": factory}
+    _measure(index, vectors, spec, factory)
+    index.info["build_seconds"] = round(time.perf_counter() - t0, 3)
+    index.save(out, **manifest)
+    return ShardedIndex.load(out, spec)
+
+
+def _trained_template(
+    vectors: Any, ntotal: int, dim: int, spec: IndexSpec
+) -> tuple[faiss.Index, str]:
+    """The empty (trained, for IVF/PQ) index every shard is cloned from, and its factory."""
+    factory = spec.factory.replace("{nlist}", str(_nlist(ntotal)))
+    template = faiss.index_factory(dim, factory, faiss.METRIC_INNER_PRODUCT)
+    if not template.is_trained:
+        sample = _train_sample(vectors, ntotal, spec.train_size or ntotal, spec.seed)
+        log.info("training %s on %d vectors", factory, len(sample))
+        template.train(sample)
+    return template, factory
+
+
+def _measure(index: ShardedIndex, vectors: Any, spec: IndexSpec, factory: str) -> None:
+    """An approximate index's recall vs exact search, into `index.info["recall"]`."""
+    if spec.exact or spec.recall_queries <= 0 or index.ntotal == 0:
+        return
+    index.info["recall"] = {
+        **measure_recall(index, vectors, spec.recall_queries, spec.recall_k),
+        "params": dict(spec.params),
+    }
+    log.info(
+        "index %s: recall@%d vs exact = %.4f on %d sampled vectors",
+        factory,
+        spec.recall_k,
+        index.info["recall"]["recall"],
+        index.info["recall"]["queries"],
+    )
+
+
+def merge_top_n(
+    d1: np.ndarray, i1: np.ndarray, d2: np.ndarray, i2: np.ndarray, n: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """The n best of two rankings per query (scores desc; stable: ties keep `d1`'s first)."""
+    d = np.concatenate([d1, d2], axis=1)
+    i = np.concatenate([i1, i2], axis=1)
+    order = np.argsort(-d, axis=1, kind="stable")[:, :n]
+    return np.take_along_axis(d, order, axis=1), np.take_along_axis(i, order, axis=1)
 
 
 def exact_knn(vectors: Any, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
@@ -346,10 +478,7 @@ def exact_knn(vectors: Any, queries: np.ndarray, k: int) -> tuple[np.ndarray, np
     for start, arr in iter_arrays(vectors):
         kk = min(k, len(arr))
         d, i = faiss.knn(q, arr, kk, metric=faiss.METRIC_INNER_PRODUCT)
-        d = np.concatenate([best_d, d], axis=1)
-        i = np.concatenate([best_i, i + start], axis=1)
-        order = np.argsort(-d, axis=1, kind="stable")[:, :k]
-        best_d, best_i = np.take_along_axis(d, order, 1), np.take_along_axis(i, order, 1)
+        best_d, best_i = merge_top_n(best_d, best_i, d, i + start, k)
     return best_d, best_i
 
 
