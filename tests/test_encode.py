@@ -181,7 +181,7 @@ def test_searcher_is_cached_and_finds_the_unit_itself(
         raise AssertionError("a cached searcher must not encode")
 
     monkeypatch.setattr(build_mod, "encode_units_to_dir", no_encoding)
-    monkeypatch.setattr(build_mod, "build_index", no_encoding)
+    monkeypatch.setattr(build_mod, "build_index_to_dir", no_encoding)
     second = load_or_build_searcher(units_file, cfg, index_cfg, tmp_path, trainer_cfg=CPU)
     assert not second.info["encoded"] and not second.info["index_built"]
     assert second.info["index_dir"] == first.info["index_dir"]
@@ -244,7 +244,7 @@ def test_changing_search_params_reuses_the_index(
         raise AssertionError("changing search parameters must not rebuild the index")
 
     monkeypatch.setattr(build_mod, "encode_units_to_dir", no_build)
-    monkeypatch.setattr(build_mod, "build_index", no_build)
+    monkeypatch.setattr(build_mod, "build_index_to_dir", no_build)
     changed = {**hnsw, "params": {"efSearch": 64}, "recall_queries": 20, "recall_k": 5}
     second = load_or_build_searcher(units_file, tiny_bert, changed, tmp_path, trainer_cfg=CPU)
     assert not second.info["index_built"]
@@ -289,3 +289,20 @@ def test_predict_trainer_from_hydra_node_plain_kwargs_or_none(tmp_path) -> None:
     assert any(isinstance(c, EmbeddingShardWriter) for c in t.callbacks)
     t = predict_trainer(None)
     assert t.num_devices == 1 and t.logger is None
+
+
+def test_two_processes_on_the_arrow_units_equal_one(squad_open: Path, tiny_bert, tmp_path) -> None:
+    """The units stage's Arrow tables, encoded by 2 gloo processes (ddp_spawn): the same
+    shards, ids and vectors as 1 process; the spawned ranks get a path, not a table."""
+    from densex.corpus.units import build_units
+
+    rows = [p for p, _ in zip(read_jsonl(squad_open / "passages.jsonl"), range(30))]
+    write_jsonl(tmp_path / "p.jsonl", rows)
+    cfg = {"name": "t", "passages": str(tmp_path / "p.jsonl"), "granularities": ["passage"]}
+    files = build_units(cfg, tmp_path / "units")
+    assert (tmp_path / "units" / "arrow" / "passage" / "00000.arrow").exists()
+    one = encode_units_to_dir(files["passage"], tiny_bert, tmp_path / "one", CPU, shard_size=8)
+    ddp = {**CPU, "devices": 2, "strategy": "ddp_spawn"}
+    two = encode_units_to_dir(files["passage"], tiny_bert, tmp_path / "two", ddp, shard_size=8)
+    assert two.manifest["processes"] == 2 and two.ids == one.ids == [r["id"] for r in rows]
+    np.testing.assert_allclose(two.embeddings, one.embeddings, atol=1e-6)

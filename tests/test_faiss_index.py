@@ -194,3 +194,26 @@ def test_search_params_are_not_part_of_the_build_key() -> None:
     changed = dataclasses.replace(base, params={"nprobe": 64}, recall_queries=50, recall_k=3)
     assert base.cache_fields() == changed.cache_fields()
     assert base.cache_fields() != dataclasses.replace(base, train_size=10).cache_fields()
+
+
+@pytest.mark.parametrize("factory", ["Flat", "IVF16,Flat"])
+def test_memory_mapped_search_over_4_shards_equals_one_index(factory: str, tmp_path: Path) -> None:
+    """A memory budget below the index size: 4 shards written as built, each searched
+    memory-mapped in turn, the same top-k (rows and scores) as one in-memory index."""
+    from densex.retrieval.faiss_index import build_index_to_dir
+
+    x, q = _vectors(4000, 32, 7), _vectors(60, 32, 8)
+    spec = {"name": "f", "factory": factory, "params": {"nprobe": 16} if "IVF" in factory else {}}
+    single = build_index(x, spec)
+    budget = 4000 * 32 * 4 / 4 / (1 << 30)  # a quarter of the flat index: 4 shards
+    mapped = build_index_to_dir(x, {**spec, "memory_budget_gb": budget}, tmp_path / "idx")
+    assert mapped.lazy and len(mapped.shards) == 4 and all(s is None for s in mapped.shards)
+    assert len(list((tmp_path / "idx").glob("shard-*-of-004.faiss"))) == 4
+    for n in (1, 10, 250):
+        d1, i1 = single.search(q, n)
+        d2, i2 = mapped.search(q, n)
+        np.testing.assert_array_equal(i1, i2)
+        np.testing.assert_allclose(d1, d2, rtol=1e-6)
+    again = ShardedIndex.load(tmp_path / "idx", IndexSpec.from_cfg({**spec, "memory_budget_gb": 1}))
+    assert not again.lazy  # under the budget the same files are held in RAM
+    np.testing.assert_array_equal(again.search(q, 10)[1], single.search(q, 10)[1])

@@ -262,3 +262,56 @@ def test_corpus_config_composes_with_command_line_overrides(repo_root, squad_ope
     # the units directory follows the inputs: a missing propositions file is a located error
     with pytest.raises(DataError, match="file not found"):
         units_dir_for(cfg.corpus, "/tmp/unused-cache")
+
+
+def test_arrow_tables_match_the_jsonl_files_and_open_in_datasets(built) -> None:
+    """The memory-mapped tables hold what the JSONL files hold, passage_row as an int column
+    pointing at the unit's passage; a shard is a file `datasets` opens as it is."""
+    import datasets
+
+    from densex.corpus.units import unit_tables
+
+    _, files = built
+    for gran in ("passage", "sentence", "proposition"):
+        passages, units = unit_tables(files[gran])
+        rows = _jsonl(files[gran])
+        assert units.slice("id", 0, len(units)) == [u["id"] for u in rows]
+        assert units.slice("text", 0, len(units)) == [u["text"] for u in rows]
+        prow = units.numpy("passage_row")
+        assert prow.dtype.kind == "i"
+        assert passages.take("id", prow) == [u["passage_id"] for u in rows]
+        assert units.numpy("words").tolist() == [len(u["text"].split()) for u in rows]
+    shard = sorted((files.out_dir / "arrow" / "proposition").glob("*.arrow"))[0]
+    ds = datasets.Dataset.from_file(str(shard))
+    assert ds.column_names[:3] == ["id", "passage_id", "passage_row"] and len(ds) > 0
+
+
+def test_units_resume_by_shard_and_split_sentences_in_two_processes(
+    repo_root, squad_open, tmp_path, monkeypatch
+) -> None:
+    """A build killed after its first shards resumes at the first missing one (the finished
+    shards are not segmented again), and 2 spaCy processes give the 1-process sentences."""
+    import densex.corpus.units as units_mod
+
+    cfg = _corpus_cfg(repo_root, squad_open, shard_rows=500, propositions="null")
+    reference = build_units(cfg, tmp_path / "one")
+    real, calls = units_mod._write_passage_shard, []
+
+    def crash_on_third(out, b, *args, **kwargs):
+        calls.append(b)
+        if b == 2 and len(calls) == 3:
+            raise KeyboardInterrupt("killed")
+        return real(out, b, *args, **kwargs)
+
+    monkeypatch.setattr(units_mod, "_write_passage_shard", crash_on_third)
+    two = _corpus_cfg(
+        repo_root, squad_open, shard_rows=500, propositions="null", **{"segmentation.n_process": 2}
+    )
+    with pytest.raises(KeyboardInterrupt):
+        build_units(two, tmp_path / "two")
+    assert not (tmp_path / "two" / "manifest.json").exists()
+    resumed = build_units(two, tmp_path / "two")
+    assert calls == [0, 1, 2, 2, 3, 4]  # shards 0 and 1 were kept, not re-segmented
+    for gran in ("passage", "sentence"):
+        assert resumed[gran].read_bytes() == reference[gran].read_bytes()
+    assert resumed.passages.read_bytes() == reference.passages.read_bytes()

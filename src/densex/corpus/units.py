@@ -365,10 +365,9 @@ def _build_proposition_shards(
 def _export_jsonl(out: Path, granularity: str, passages: ArrowTable) -> dict[str, Any]:
     """`<granularity>.jsonl` (`{"id", "passage_id", "title", "text"}`) from its Arrow shards,
     streamed; returns `{count, avg_words}`."""
-    units = ArrowTable.open(out / "arrow" / granularity)
     n, words = 0, 0
     with atomic_open(out / f"{granularity}.jsonl") as f:
-        for _, part in units.iter_slices(EXPORT_ROWS):
+        for part in _slices_shard_by_shard(out / "arrow" / granularity):
             rows = part.column("passage_row").to_numpy()
             titles = passages.take("title", rows)
             for uid, pid, title, text in zip(
@@ -383,9 +382,17 @@ def _export_jsonl(out: Path, granularity: str, passages: ArrowTable) -> dict[str
     return {"count": n, "avg_words": round(words / n, 2) if n else 0.0}
 
 
-def _export_passages(out: Path, passages: ArrowTable) -> None:
+def _slices_shard_by_shard(table_dir: Path) -> Iterator[Any]:
+    """Slices of a table's shards, each shard mapped only while it is read (its pages leave
+    RSS after, so exporting a 257M-unit table does not look like 257M units of memory)."""
+    for shard in sorted(table_dir.glob("*.arrow")):
+        for _, part in ArrowTable.open_files([shard]).iter_slices(EXPORT_ROWS):
+            yield part
+
+
+def _export_passages(out: Path) -> None:
     with atomic_open(out / "passages.jsonl") as f:
-        for _, part in passages.iter_slices(EXPORT_ROWS):
+        for part in _slices_shard_by_shard(out / "arrow" / "passages"):
             cols = [part.column(c).to_pylist() for c in ("id", "title", "section", "text")]
             for pid, title, section, text in zip(*cols):
                 row = {"id": pid, "title": title, "section": section, "text": text}
@@ -491,7 +498,7 @@ def build_units(
         grans.append("proposition")
     (out / "proposition.jsonl").unlink(missing_ok=True) if "proposition" not in grans else None
     units = {g: _export_jsonl(out, g, passages) for g in grans}
-    _export_passages(out, passages)
+    _export_passages(out)
     manifest = {
         "key": key,
         "files": file_records(out, _artifact_names(out, grans)),  # verified before reuse

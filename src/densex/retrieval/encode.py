@@ -123,10 +123,13 @@ class EmbeddingStore:
         ]
 
     def iter_arrays(self, chunk_rows: int = 65536):
-        """(start row, block) pieces of at most `chunk_rows` rows, never the whole corpus at once."""
-        for start, arr in self.shard_arrays():
+        """(start row, block) pieces of at most `chunk_rows` rows, never the whole corpus at once;
+        each shard is mapped only while its blocks are read (its pages leave RSS after)."""
+        for sh in self.manifest["shards"]:
+            arr = np.load(self.root / sh["file"], mmap_mode="r")
             for s in range(0, len(arr), chunk_rows):
-                yield start + s, arr[s : s + chunk_rows]
+                yield sh["start"] + s, arr[s : s + chunk_rows]
+            del arr
 
     @property
     def embeddings(self) -> np.ndarray:
@@ -176,34 +179,40 @@ class ShardTexts:
 
     def __init__(self, units_path: str | Path, spec: RetrieverSpec, encoder: Any, out: Path):
         self.units_path, self.spec, self.encoder, self.out = Path(units_path), spec, encoder, out
-        self._tables: tuple[ArrowTable | None, ArrowTable] | None = None
         self._shard: tuple[int, int] | None = None
+        self._in_memory: tuple[ArrowTable | None, ArrowTable] | None = None
         self._texts: list = []
         self._order: list[int] = []
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
-        state.update(_tables=None, _shard=None, _texts=[], _order=[])
+        state.update(_shard=None, _texts=[], _order=[], _in_memory=None)
         return state
 
-    @property
-    def tables(self) -> tuple[ArrowTable | None, ArrowTable]:
-        if self._tables is None:
-            self._tables = unit_tables(self.units_path)
-        return self._tables
+    def _tables(self) -> tuple[ArrowTable | None, ArrowTable]:
+        """Arrow shards: mapped afresh on each call; a standalone JSONL file: read once."""
+        if self._in_memory is not None:
+            return self._in_memory
+        tables = unit_tables(self.units_path)
+        if tables[0] is None:
+            self._in_memory = tables
+        return tables
 
     def ids(self, shard: tuple[int, int]) -> list[str]:
-        return self.tables[1].slice("id", *shard)
+        return self._tables()[1].slice("id", *shard)
 
     def get(self, shard: tuple[int, int]) -> tuple[list, list[int]]:
-        """(texts of rows shard[0]..shard[1], rows in encoding order)."""
+        """(texts of rows shard[0]..shard[1], rows in encoding order). The tables are mapped
+        afresh for each shard and unmapped after, so pages read stay out of RSS."""
         if shard != self._shard:
-            passages, units = self.tables
+            passages, units = self._tables()
             if passages is None:  # a standalone units file: titles are its own
                 titles = units.slice("title", *shard)
             else:
-                titles = passages.take("title", units.numpy("passage_row")[shard[0] : shard[1]])
+                rows = units.table.column("passage_row").slice(shard[0], shard[1] - shard[0])
+                titles = passages.take("title", rows.to_numpy())
             texts = format_unit_texts(self.spec, titles, units.slice("text", *shard))
+            del passages, units
             order, truncated = _length_order(self.encoder, texts, range(*shard))
             cut = [uid for uid, t in zip(self.ids(shard), truncated) if t]
             write_json(self.out / f"trunc-{shard_stem(*shard)}.json", cut, indent=None)

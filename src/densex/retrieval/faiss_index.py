@@ -50,7 +50,7 @@ class IndexSpec:
     seed: int = 0
     # CPU RAM an index may hold at once: a bigger index is cut into shards of at most this
     # size, written as they are built and searched memory-mapped, one shard at a time
-    memory_budget_gb: float = 2.0
+    memory_budget_gb: float = 1.0
 
     @classmethod
     def from_cfg(cls, cfg: Mapping[str, Any] | Any | None) -> IndexSpec:
@@ -412,14 +412,19 @@ def build_index_to_dir(
     per_vector = max(1, int(getattr(template, "code_size", dim * 4)))
     bounds = shard_bounds(ntotal, shards_for_budget(ntotal, per_vector, spec))
     n_shards = len(bounds) - 1
-    for s in range(n_shards):
-        shard = faiss.clone_index(template)
-        for start, arr in iter_arrays(vectors):
-            lo, hi = max(start, bounds[s]), min(start + len(arr), bounds[s + 1])
-            if lo < hi:
-                shard.add(arr[lo - start : hi - start])
-        write_shard_index(shard, out / shard_file_name(s, n_shards))
-        del shard
+    s, shard = 0, faiss.clone_index(template)
+    for start, arr in iter_arrays(vectors):  # one pass; shards are contiguous row ranges
+        pos = 0
+        while pos < len(arr):
+            take = min(len(arr) - pos, bounds[s + 1] - (start + pos))
+            shard.add(arr[pos : pos + take])
+            pos += take
+            if start + pos == bounds[s + 1]:  # shard s is full: write it, release it
+                write_shard_index(shard, out / shard_file_name(s, n_shards))
+                s, shard = s + 1, faiss.clone_index(template)
+    for rest in range(s, n_shards):  # an empty corpus: one empty shard
+        write_shard_index(shard, out / shard_file_name(rest, n_shards))
+    del shard
     paths = [out / shard_file_name(s, n_shards) for s in range(n_shards)]
     ntotals = [bounds[s + 1] - bounds[s] for s in range(n_shards)]
     index = ShardedIndex([None] * n_shards, bounds[:-1], spec, paths, ntotals, dim)
