@@ -203,3 +203,28 @@ def test_recall_on_squad_open(passages, squad_open) -> None:
     assert random < 0.15
     assert recall[4096] >= 0.5 and recall[4096] > 4 * random
     assert recall[4096] >= recall[256] > 2 * random  # fewer collisions, better ranking
+
+
+def test_text_encoder_token_lengths_tell_truncation(minilm_path, passages) -> None:
+    """`TextEncoder.token_lengths` / `max_tokens`: a unit is over `max_tokens` exactly when
+    `tokenize` cuts it (real MiniLM tokenizer, real passages, max_length 64)."""
+    spec = RetrieverSpec(
+        name="minilm",
+        query_model=minilm_path,
+        backend="sentence-transformers",
+        pooling="st",
+        max_length=64,
+        title="pair",
+    )
+    enc = load_encoder(spec, "doc")
+    assert enc.max_tokens == 62  # [CLS] ... [SEP]
+    texts = format_units(spec, passages[:40])
+    lengths = enc.token_lengths(texts)
+    flat = [f"{t} {x}" for t, x in texts]
+    full = [len(ids) for ids in enc.tokenizer(flat, add_special_tokens=False)["input_ids"]]
+    assert lengths.tolist() == [min(n, 65) for n in full]
+    cut = lengths > enc.max_tokens
+    assert 0 < cut.sum() < len(texts)
+    mask = enc.tokenize(flat)["attention_mask"].sum(1).numpy()
+    assert (mask[cut] == 64).all() and (mask[~cut] == lengths[~cut] + 2).all()
+    assert enc.token_lengths([]).shape == (0,)
