@@ -14,6 +14,8 @@ _EXPORTS = {
     "TextEncoder": "encoders",
     "DenseRetriever": "encoders",
     "build_retriever": "encoders",
+    "load_encoder": "encoders",
+    "HashEncoder": "hashing",
     "EmbeddingStore": "encode",
     "EmbeddingShardWriter": "encode",
     "encode_units_to_dir": "encode",

@@ -4,6 +4,8 @@ One `RetrieverSpec` (a `conf/retriever/*.yaml`) says everything that changes an 
 same spec drives encoding, caching (its fields are part of the cache key) and query encoding.
 `TextEncoder` is the torch module Lightning runs in `Trainer.predict`; `DenseRetriever` pairs a
 query and a document encoder (loaded lazily: a searcher only needs the query side).
+`type: hash` (`retrieval.hashing.HashEncoder`) has the same interface without a model;
+`load_encoder` gives either for one side.
 """
 
 from __future__ import annotations
@@ -17,8 +19,10 @@ import numpy as np
 import torch
 from torch import nn
 
+from densex.retrieval.hashing import HashEncoder
 from densex.utils.models import resolve_model
 
+TYPES = ("dense", "hash")
 POOLINGS = ("cls", "mean", "pooler", "st")
 TITLE_MODES = ("pair", "prefix", "none")
 SIMILARITIES = ("dot", "cos")
@@ -29,6 +33,8 @@ PRECISIONS = ("32-true", "bf16-mixed", "16-mixed")
 QUERY_ONLY_KEYS = ("query_model", "query_max_length", "query_prefix")
 # Keys that change speed, never values: left out of every cache key.
 RUNTIME_KEYS = ("batch_size", "device")
+# Model keys a hash retriever never reads (no model, no truncation, always float32 counts).
+HASH_UNUSED_KEYS = ("backend", "pooling", "max_length", "query_max_length", "precision")
 
 
 @dataclass(frozen=True)
@@ -36,9 +42,10 @@ class RetrieverSpec:
     """A dense retriever: what to load, how to pool, how to turn a unit into text."""
 
     name: str
-    query_model: str
+    query_model: str | None = None  # required for dense; None for hash (no model)
     doc_model: str | None = None  # None: one shared encoder for queries and units
-    type: str = "dense"
+    type: str = "dense"  # dense | hash (signed feature hashing of DPR tokens, no model)
+    dim: int | None = None  # hash buckets (required for hash, and only there)
     backend: str = "hf"  # hf | sentence-transformers
     pooling: str = "cls"  # cls (last_hidden_state[:, 0]) | mean (masked) | pooler | st (ST modules)
     similarity: str = "dot"  # dot | cos (cos = L2-normalise, then inner product)
@@ -57,7 +64,7 @@ class RetrieverSpec:
 
     def __post_init__(self) -> None:
         checks = [
-            ("type", self.type, ("dense",)),
+            ("type", self.type, TYPES),
             ("backend", self.backend, ("hf", "sentence-transformers")),
             ("pooling", self.pooling, POOLINGS),
             ("similarity", self.similarity, SIMILARITIES),
@@ -72,6 +79,20 @@ class RetrieverSpec:
             raise ValueError(
                 f"retriever {self.name!r}: pooling 'st' goes with backend 'sentence-transformers'"
             )
+        if self.type == "hash":
+            dim = self.dim
+            if isinstance(dim, bool) or not isinstance(dim, int) or dim < 1:
+                raise ValueError(f"retriever {self.name!r}: type hash needs dim >= 1, got {dim!r}")
+            if self.query_model or self.doc_model:
+                raise ValueError(
+                    f"retriever {self.name!r}: type hash has no model; set query_model and"
+                    " doc_model to null"
+                )
+        else:
+            if not self.query_model:
+                raise ValueError(f"retriever {self.name!r}: type dense needs a query_model")
+            if self.dim is not None:
+                raise ValueError(f"retriever {self.name!r}: dim is only for type hash")
 
     @classmethod
     def from_cfg(cls, cfg: Mapping[str, Any] | Any) -> RetrieverSpec:
@@ -84,7 +105,7 @@ class RetrieverSpec:
         return cls(**data)
 
     @property
-    def doc_model_or_query(self) -> str:
+    def doc_model_or_query(self) -> str | None:
         return self.doc_model or self.query_model
 
     def autocast_dtype(self) -> torch.dtype | None:
@@ -96,6 +117,10 @@ class RetrieverSpec:
         data = dataclasses.asdict(self)
         data["doc_model"] = self.doc_model_or_query
         drop = RUNTIME_KEYS + (QUERY_ONLY_KEYS if side == "doc" else ())
+        if self.dim is None:  # dense: the keys (and cached embeddings) from before `dim`
+            drop += ("dim",)
+        if self.type == "hash":
+            drop += HASH_UNUSED_KEYS
         return {k: v for k, v in data.items() if k not in drop}
 
 
@@ -210,6 +235,23 @@ class TextEncoder(nn.Module):
         return self.max_length - self.tokenizer.num_special_tokens_to_add(pair=False)
 
     @property
+    def max_tokens(self) -> int:
+        """Text tokens that fit: `max_length` less the special tokens of a single sequence."""
+        return self.max_length - self.tokenizer.num_special_tokens_to_add(pair=False)
+
+    def token_lengths(self, texts: Sequence[str] | Sequence[tuple[str, str]]) -> np.ndarray:
+        """Tokens per text without specials (int64; a pair counts as "title text"), capped at
+        `max_length + 1`: exact up to the limit, and enough to tell which `tokenize` truncates
+        (those over `max_tokens`)."""
+        flat = [t if isinstance(t, str) else f"{t[0]} {t[1]}" for t in texts]
+        if not flat:
+            return np.zeros(0, dtype=np.int64)
+        ids = self.tokenizer(
+            flat, add_special_tokens=False, truncation=True, max_length=self.max_length + 1
+        )["input_ids"]
+        return np.array([len(x) for x in ids], dtype=np.int64)
+
+    @property
     def dim(self) -> int:
         if self.spec.backend == "sentence-transformers":
             return int(self.model.get_sentence_embedding_dimension())
@@ -255,13 +297,25 @@ def _default_device() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
+def load_encoder(spec: RetrieverSpec, side: str) -> TextEncoder | HashEncoder:
+    """The encoder of one side ("query" | "doc"), on the CPU: a `TextEncoder` with that side's
+    model and max length, or a `HashEncoder` (the same for both sides) for type hash."""
+    if side not in ("query", "doc"):
+        raise ValueError(f"side must be 'query' or 'doc', got {side!r}")
+    if spec.type == "hash":
+        return HashEncoder(int(spec.dim))  # type: ignore[arg-type]
+    if side == "query":
+        return TextEncoder(spec.query_model, spec, spec.query_max_length)  # type: ignore[arg-type]
+    return TextEncoder(spec.doc_model_or_query, spec, spec.max_length)  # type: ignore[arg-type]
+
+
 class DenseRetriever:
     """Query and document encoders of one retriever; encoders load on first use."""
 
     def __init__(self, spec: RetrieverSpec) -> None:
         self.spec = spec
-        self._query: TextEncoder | None = None
-        self._doc: TextEncoder | None = None
+        self._query: TextEncoder | HashEncoder | None = None
+        self._doc: TextEncoder | HashEncoder | None = None
         self.device = torch.device(spec.device or _default_device())
 
     @property
@@ -270,31 +324,29 @@ class DenseRetriever:
         return self.spec.doc_model is None or self.spec.doc_model == self.spec.query_model
 
     @property
-    def query_encoder(self) -> TextEncoder:
+    def query_encoder(self) -> TextEncoder | HashEncoder:
         if self._query is None:
-            if self._one_model and self._doc is not None:
+            if self._one_model and isinstance(self._doc, TextEncoder):
                 self._query = _share(self._doc, self.spec.query_max_length)
             else:
-                self._query = TextEncoder(
-                    self.spec.query_model, self.spec, self.spec.query_max_length
-                )
+                self._query = load_encoder(self.spec, "query")
             self._query.to(self.device)
         return self._query
 
     @property
-    def doc_encoder(self) -> TextEncoder:
+    def doc_encoder(self) -> TextEncoder | HashEncoder:
         if self._doc is None:
-            if self._one_model and self._query is not None:
+            if self._one_model and isinstance(self._query, TextEncoder):
                 self._doc = _share(self._query, self.spec.max_length)
             else:
-                self._doc = TextEncoder(
-                    self.spec.doc_model_or_query, self.spec, self.spec.max_length
-                )
+                self._doc = load_encoder(self.spec, "doc")
             self._doc.to(self.device)
         return self._doc
 
     @torch.inference_mode()
-    def _encode(self, encoder: TextEncoder, texts: list, batch_size: int) -> np.ndarray:
+    def _encode(
+        self, encoder: TextEncoder | HashEncoder, texts: list, batch_size: int
+    ) -> np.ndarray:
         """Batches under the spec's autocast, so queries see the precision units were encoded in
         (Lightning's bf16-mixed/16-mixed = torch.autocast on the device type)."""
         chunks = []
@@ -356,5 +408,5 @@ def _resolve_max_length(encoder: TextEncoder, max_length: int | None) -> int:
 
 
 def build_retriever(retriever_cfg: Mapping[str, Any] | Any) -> DenseRetriever:
-    """A `DenseRetriever` from a `conf/retriever/*.yaml` node (dense retrievers only)."""
+    """A `DenseRetriever` from a `conf/retriever/*.yaml` node (dense and hash retrievers)."""
     return DenseRetriever(RetrieverSpec.from_cfg(retriever_cfg))
