@@ -222,18 +222,6 @@ class TextEncoder(nn.Module):
             emb = nn.functional.normalize(emb, p=2, dim=-1)
         return emb
 
-    def token_lengths(self, texts: Sequence[str]) -> np.ndarray:
-        """Tokens per text without the special tokens (counted up to max_length + 1)."""
-        ids = self.tokenizer(
-            list(texts), add_special_tokens=False, truncation=True, max_length=self.max_length + 1
-        )["input_ids"]
-        return np.array([len(x) for x in ids], dtype=np.int64)
-
-    @property
-    def max_tokens(self) -> int:
-        """Text tokens kept: max_length minus the special tokens."""
-        return self.max_length - self.tokenizer.num_special_tokens_to_add(pair=False)
-
     @property
     def max_tokens(self) -> int:
         """Text tokens that fit: `max_length` less the special tokens of a single sequence."""
@@ -280,13 +268,6 @@ def format_unit_texts(
         else:
             out.append(spec.doc_prefix + text)
     return out
-
-
-def load_encoder(spec: RetrieverSpec, side: str) -> nn.Module:
-    """The document (side="doc") or query encoder module of `spec`."""
-    if side == "doc":
-        return TextEncoder(spec.doc_model_or_query, spec, spec.max_length)
-    return TextEncoder(spec.query_model, spec, spec.query_max_length)
 
 
 def format_queries(spec: RetrieverSpec, queries: Sequence[str]) -> list[str]:
