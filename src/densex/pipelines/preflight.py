@@ -352,7 +352,7 @@ def check_retrieval_models(cfg: DictConfig, entry: str) -> dict[str, str]:
     found: dict[str, str] = {}
     r = cfg.retriever
     encodes = not (entry == "index" and cfg.get("stage") in ("units", "propositions"))
-    if encodes and str(r.get("type", "dense")) != "sparse":
+    if encodes and str(r.get("type", "dense")) not in ("sparse", "hash"):  # no model
         for key in ("query_model", "doc_model"):
             name = r.get(key)
             if key == "doc_model" and not name:
