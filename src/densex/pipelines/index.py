@@ -26,7 +26,7 @@ from densex.utils.logging import get_logger
 
 log = get_logger(__name__)
 
-STAGES = ("units", "propositions", "embed", "index", "all")
+STAGES = ("units", "propositions", "embed", "index", "all", "plan")
 
 
 def global_rank() -> int:
@@ -163,6 +163,11 @@ def run(cfg: DictConfig) -> None:
     stage = str(cfg.get("stage", "all"))
     if stage not in STAGES:
         raise ValueError(f"stage must be one of {STAGES}, got {stage!r}")
+    if stage == "plan":  # the budget only: nothing is read beyond samples, nothing built
+        from densex.pipelines.plan import run_plan
+
+        run_plan(cfg)
+        return None
     files = build_corpus_units(cfg, with_generated=generates_propositions(cfg))
     print_unit_stats(files, str(cfg.corpus.get("name", "corpus")))
     if stage in ("units", "propositions"):

@@ -79,8 +79,8 @@ def preflight(cfg: DictConfig, entry: str) -> dict[str, Any]:
     was found (`inputs`, `models`, `n_questions`, `estimate_bytes`). Raises `PreflightError`."""
     if entry not in ENTRIES:
         raise ValueError(f"entry must be one of {ENTRIES}, got {entry!r}")
-    if cfg.get("preflight") is False:
-        return {}
+    if cfg.get("preflight") is False or (entry == "index" and cfg.get("stage") == "plan"):
+        return {}  # stage=plan reads no input and loads no model: nothing to check
     info: dict[str, Any] = {"inputs": {}, "models": {}}
     if entry == "train":
         info["inputs"] = check_train_data(cfg.data)
