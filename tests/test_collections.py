@@ -217,3 +217,38 @@ def test_missing_path_is_a_located_error(tmp_path: Path) -> None:
     empty.mkdir()
     with pytest.raises(DataError, match="no .jsonl"):
         flatten(iter_passage_batches({"path": str(empty)}, None, 1))
+
+
+def test_factoid_wiki_local_copy_builds_units_and_retrieves(
+    repo_root: Path, factoid_wiki_copy, tmp_path: Path
+) -> None:
+    """corpus=factoid-wiki on a local copy: the units stage maps every proposition to its
+    passage row by the config's rule, and a hash index retrieves the passage of a question."""
+    from densex.corpus.units import build_units, unit_tables
+    from densex.retrieval.build import load_or_build_searcher
+    from densex.retrieval.search import retrieve_passages
+
+    cfg = factoid_cfg(
+        repo_root,
+        passage=factoid_wiki_copy["passage"],
+        proposition=factoid_wiki_copy["proposition"],
+    )
+    cfg["granularities"] = ["passage", "proposition"]
+    files = build_units(cfg, tmp_path / "units")
+    assert files.counts == {"passage": 3, "proposition": 5}
+    passages, units = unit_tables(files["proposition"])
+    assert passages.take("id", units.numpy("passage_row")) == [
+        pid for pid, props in PROPOSITIONS.items() for _ in props
+    ]
+    assert passages.slice("title", 0, 3) == [t for _, t, _ in PASSAGES]
+    hash_cfg = OmegaConf.to_container(OmegaConf.load(repo_root / "conf/retriever/hash.yaml"))
+    searcher = load_or_build_searcher(
+        files["proposition"], {**hash_cfg, "dim": 4096}, None, tmp_path / "cache",
+        {"accelerator": "cpu", "devices": 1, "enable_progress_bar": False},
+    )  # fmt: skip
+    (hit,) = retrieve_passages(
+        searcher, ["how many episodes did the fifth season run for"], units.numpy("passage_row"), 1
+    )
+    assert passages.take("id", hit.passage_rows) == ["Agents of S.H.I.E.L.D. (season 5)-0"]
+    again = build_units(cfg, tmp_path / "units")  # keyed by the copy's files: reused
+    assert again.counts == files.counts

@@ -135,6 +135,20 @@ def _source_fingerprint(src: Any, corpus_cfg: Mapping[str, Any]) -> dict[str, An
     return {"hf": str(src), **{k: corpus_cfg.get(k) for k in keys}}
 
 
+def _collection_fingerprint(source_cfg: Mapping[str, Any]) -> dict[str, Any]:
+    """A collection source's identity: its settings plus, for a local copy, each file's
+    name, size and mtime (not a content hash: FactoidWiki is ~100 GB), else the hub id."""
+    settings = {k: v for k, v in dict(source_cfg).items() if k != "path"}
+    path = Path(os.path.expanduser(str(source_cfg.get("path"))))
+    if path.is_file():
+        return {**settings, "sha256": hash_file(path)}
+    if path.is_dir():
+        files = sorted(f for f in path.rglob("*") if f.is_file())
+        stat = [(str(f.relative_to(path)), f.stat().st_size, f.stat().st_mtime_ns) for f in files]
+        return {**settings, "files": stat}
+    return {**settings, "hf": str(source_cfg.get("path"))}
+
+
 def units_key(
     corpus_cfg: Mapping[str, Any], propositions_path: str | os.PathLike | None = None
 ) -> str:
@@ -147,7 +161,10 @@ def units_key(
         "granularities": list(_granularities(corpus_cfg)),
         "shard_rows": int(corpus_cfg.get("shard_rows") or DEFAULT_SHARD_ROWS),
     }
-    if corpus_cfg.get("passages"):
+    sources = dict(corpus_cfg.get("sources") or {})
+    if sources:  # ready-made collections (FactoidWiki)
+        parts["sources"] = {g: _collection_fingerprint(s) for g, s in sources.items() if s}
+    elif corpus_cfg.get("passages"):
         parts["passages"] = _hash_input(corpus_cfg["passages"])
         if corpus_cfg.get("passages_format"):  # set only for non-default formats (beir)
             parts["passages_format"] = corpus_cfg["passages_format"]
@@ -194,6 +211,9 @@ def _batched(items: Iterable[dict[str, Any]], size: int) -> Iterator[list[dict[s
 
 def _source_rows(corpus_cfg: Mapping[str, Any], skips: Skips) -> Iterator[dict[str, Any]]:
     """Passages (`corpus.passages`) or documents (`corpus.documents`), streamed."""
+    sources = corpus_cfg.get("sources") or {}
+    if sources.get("passage"):  # a ready-made collection (FactoidWiki's passages)
+        return _unique(_collection_passages(sources["passage"], skips), skips, sources["passage"])
     src = corpus_cfg.get("passages")
     if src and corpus_cfg.get("passages_format") == "beir":  # BEIR corpus.jsonl: a doc a passage
         from densex.corpus.beir import read_beir_corpus
@@ -202,6 +222,25 @@ def _source_rows(corpus_cfg: Mapping[str, Any], skips: Skips) -> Iterator[dict[s
     if src:
         return iter_passages(src, skips)
     return read_documents(corpus_cfg, skips)
+
+
+def _collection_passages(source_cfg: Mapping[str, Any], skips: Skips) -> Iterator[dict]:
+    from densex.corpus.collections import iter_passage_batches
+
+    for batch in iter_passage_batches(source_cfg, skips, 10_000):
+        yield from batch
+
+
+def _unique(rows: Iterator[dict], skips: Skips, source_cfg: Mapping[str, Any]) -> Iterator[dict]:
+    """Passages with an id not seen before (a repeat is a `DataError` for `skips`)."""
+    seen: set[str] = set()
+    for row in rows:
+        if row["id"] in seen:
+            skips(DataError(str(source_cfg.get("path")), None, "id",
+                            f"duplicate passage id {row['id']!r}"))  # fmt: skip
+            continue
+        seen.add(row["id"])
+        yield row
 
 
 def _segment_batch(
@@ -271,8 +310,10 @@ def _build_passage_shards(
     whose passages file exists is complete and kept); return the number of passages."""
     seg = _segmentation(corpus_cfg)
     shard_rows = int(corpus_cfg.get("shard_rows") or DEFAULT_SHARD_ROWS)
-    from_documents = not corpus_cfg.get("passages")
+    collection = ((corpus_cfg.get("sources") or {}).get("passage") or {}).get("path")
+    from_documents = not (corpus_cfg.get("passages") or collection)
     src = corpus_cfg.get("documents") if from_documents else corpus_cfg.get("passages")
+    src = collection or src
     seen: set[str] = set()  # documents: the passage ids made so far (ids must be unique)
     offset = kept = 0
     with Progress("units: passages", unit="passages") as bar:
@@ -325,6 +366,36 @@ def _check_proposition_row(
     return prow, kept
 
 
+class _UnitShards:
+    """Unit rows appended one by one, written as `arrow/<granularity>/NNNNN.arrow` shards of
+    `shard_units` rows (always at least one shard, possibly empty)."""
+
+    def __init__(self, out: Path, granularity: str, shard_units: int) -> None:
+        self.dir, self.shard_units, self.index = out / "arrow" / granularity, shard_units, 0
+        shutil.rmtree(self.dir, ignore_errors=True)
+        self.cols: dict[str, list] = {f.name: [] for f in UNIT_SCHEMA}
+
+    def add(self, uid: str, pid: str, prow: int, text: str) -> None:
+        for key, value in zip(("id", "passage_id", "passage_row", "text", "words"),
+                              (uid, pid, prow, text, count_words(text))):  # fmt: skip
+            self.cols[key].append(value)
+        if len(self.cols["id"]) >= self.shard_units:
+            self.flush()
+
+    def flush(self) -> None:
+        write_shard(shard_path(self.dir, self.index), self.cols, UNIT_SCHEMA)
+        self.cols, self.index = {f.name: [] for f in UNIT_SCHEMA}, self.index + 1
+
+    def close(self) -> None:
+        if self.cols["id"] or self.index == 0:
+            self.flush()
+
+
+def _passage_rows(passages: ArrowTable) -> dict[str, int]:
+    """Passage id -> row: one dict entry per passage (the only per-passage map built)."""
+    return {pid: i for i, pid in enumerate(passages.slice("id", 0, len(passages)))}
+
+
 def _build_proposition_shards(
     path: str | os.PathLike, passages: ArrowTable, out: Path, skips: Skips, shard_units: int
 ) -> None:
@@ -332,34 +403,46 @@ def _build_proposition_shards(
     file's row order, streamed into shards. Every passage must have a row and every row a known
     passage, so a truncated or mismatched file fails loudly (or, with `on_error="skip"`, every
     gap is counted). Memory: one dict entry and one flag per passage, nothing per unit."""
-    pids = passages.slice("id", 0, len(passages))
-    row_of = {pid: i for i, pid in enumerate(pids)}
-    del pids
+    row_of = _passage_rows(passages)
     seen = np.zeros(len(passages), dtype=bool)
-    cols: dict[str, list] = {f.name: [] for f in UNIT_SCHEMA}
-    table_dir, b = out / "arrow" / "proposition", 0
+    shards = _UnitShards(out, "proposition", shard_units)
     with Progress("units: propositions", unit="passages") as bar:
         for lineno, row in numbered_jsonl(path, skips):
             checked = _check_proposition_row(path, lineno, row, row_of, seen, skips)
             bar.advance(1)
-            if checked is None:
-                continue
-            prow, props = checked
-            pid = row["id"]
-            for i, text in enumerate(props):
-                cols["id"].append(f"{pid}::p{i}")
-                cols["passage_id"].append(pid)
-                cols["passage_row"].append(prow)
-                cols["text"].append(text)
-                cols["words"].append(count_words(text))
-            if len(cols["id"]) >= shard_units:
-                write_shard(shard_path(table_dir, b), cols, UNIT_SCHEMA)
-                cols, b = {f.name: [] for f in UNIT_SCHEMA}, b + 1
-    if cols["id"] or b == 0:
-        write_shard(shard_path(table_dir, b), cols, UNIT_SCHEMA)
-    for prow in np.flatnonzero(~seen)[:1000].tolist():
+            if checked is not None:
+                prow, props = checked
+                for i, text in enumerate(props):
+                    shards.add(f"{row['id']}::p{i}", row["id"], prow, text)
+    shards.close()
+    for prow in np.flatnonzero(~seen).tolist():
         pid = passages.slice("id", prow, prow + 1)[0]
         skips(DataError(path, None, "id", f"passage {pid!r} has no propositions row"))
+
+
+def _build_collection_shards(
+    source_cfg: Mapping[str, Any], granularity: str, passages: ArrowTable, out: Path,
+    skips: Skips, shard_units: int,
+) -> None:  # fmt: skip
+    """Units of a ready-made collection (`corpus.sources.<granularity>`: FactoidWiki's
+    sentences / propositions), passage by the source's mapping rule, streamed into shards in
+    the collection's order; a unit of an unknown passage is a located `DataError`."""
+    from densex.corpus.collections import iter_unit_batches
+
+    row_of = _passage_rows(passages)
+    shards = _UnitShards(out, granularity, shard_units)
+    source = str(source_cfg.get("path"))
+    with Progress(f"units: {granularity}", unit="units") as bar:
+        for batch in iter_unit_batches(source_cfg, skips, 10_000):
+            for u in batch:
+                prow = row_of.get(u["passage_id"])
+                if prow is None:
+                    why = f"unit {u['id']!r}: unknown passage {u['passage_id']!r}"
+                    skips(DataError(source, None, "passage_id", why))
+                    continue
+                shards.add(u["id"], u["passage_id"], prow, u["text"])
+            bar.advance(len(batch))
+    shards.close()
 
 
 def _export_jsonl(out: Path, granularity: str, passages: ArrowTable) -> dict[str, Any]:
@@ -453,6 +536,45 @@ def _start_fresh_unless_resuming(out: Path, key: str, overwrite: bool) -> None:
         log.info("units: resuming the interrupted build in %s", out)
 
 
+def _build_unit_tables(
+    corpus_cfg: Mapping[str, Any], out: Path, passages: ArrowTable, wanted: Sequence[str],
+    propositions_path: str | os.PathLike | None, skips: Skips,
+) -> list[str]:  # fmt: skip
+    """The unit tables beyond the passage shards' own (a collection's sentences/propositions,
+    the propositions file); returns the granularities built, in order."""
+    sources = dict(corpus_cfg.get("sources") or {})
+    shard_units = int(corpus_cfg.get("shard_units") or DEFAULT_SHARD_UNITS)
+    props_path = propositions_path or corpus_cfg.get("propositions")
+    grans = []
+    for g in wanted:
+        if sources.get(g) and g != "passage":
+            _build_collection_shards(sources[g], g, passages, out, skips, shard_units)
+        elif g == "proposition":
+            if not props_path:
+                shutil.rmtree(out / "arrow" / "proposition", ignore_errors=True)
+                (out / "proposition.jsonl").unlink(missing_ok=True)
+                continue
+            _build_proposition_shards(props_path, passages, out, skips, shard_units)
+        grans.append(g)
+    return grans
+
+
+def _inputs(
+    corpus_cfg: Mapping[str, Any], propositions_path: str | os.PathLike | None, with_props: bool
+) -> dict[str, Any]:
+    """The manifest's record of what the units were built from."""
+    sources = dict(corpus_cfg.get("sources") or {})
+    if sources:
+        return {g: _collection_fingerprint(s) for g, s in sources.items() if s}
+    src = corpus_cfg.get("passages") or corpus_cfg.get("documents")
+    kind = "passages" if corpus_cfg.get("passages") else "documents"
+    inputs = {kind: {"path": str(src), **_source_fingerprint(src, corpus_cfg)}}
+    props = propositions_path or corpus_cfg.get("propositions")
+    if props and with_props:
+        inputs["propositions"] = {"path": str(props), "sha256": hash_file(props)}
+    return inputs
+
+
 def build_units(
     corpus_cfg: Mapping[str, Any],
     out_dir: str | os.PathLike,
@@ -480,23 +602,10 @@ def build_units(
     seg = _segmentation(corpus_cfg)
     skips = Skips(_cfg(corpus_cfg, "on_error", "raise"))
     wanted = _granularities(corpus_cfg)
-    _build_passage_shards(corpus_cfg, out, skips, wanted)
+    sources = dict(corpus_cfg.get("sources") or {})
+    _build_passage_shards(corpus_cfg, out, skips, [g for g in wanted if not sources.get(g)])
     passages = ArrowTable.open(out / "arrow" / "passages")
-    src = corpus_cfg.get("passages") or corpus_cfg.get("documents")
-    inputs: dict[str, Any] = {
-        "passages": {"path": str(src), **_source_fingerprint(src, corpus_cfg)}
-    }
-    if not corpus_cfg.get("passages"):
-        inputs = {"documents": inputs["passages"]}
-    props_path = propositions_path or corpus_cfg.get("propositions")
-    shutil.rmtree(out / "arrow" / "proposition", ignore_errors=True)
-    grans = [g for g in wanted if g != "proposition"]
-    if props_path and "proposition" in wanted:
-        shard_units = int(corpus_cfg.get("shard_units") or DEFAULT_SHARD_UNITS)
-        _build_proposition_shards(props_path, passages, out, skips, shard_units)
-        inputs["propositions"] = {"path": str(props_path), "sha256": hash_file(props_path)}
-        grans.append("proposition")
-    (out / "proposition.jsonl").unlink(missing_ok=True) if "proposition" not in grans else None
+    grans = _build_unit_tables(corpus_cfg, out, passages, wanted, propositions_path, skips)
     units = {g: _export_jsonl(out, g, passages) for g in grans}
     _export_passages(out)
     manifest = {
@@ -507,7 +616,7 @@ def build_units(
         "units": units,
         "passages": len(passages),
         "tables": {t: f"arrow/{t}" for t in ("passages", *grans)},
-        "inputs": inputs,
+        "inputs": _inputs(corpus_cfg, propositions_path, "proposition" in grans),
         "sentencizer": sentencizer_id(seg["spacy_model"]),
         "config": _to_container(corpus_cfg),
         "skipped": skips.summary(),
