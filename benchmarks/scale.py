@@ -128,7 +128,7 @@ def overrides(corpus: Path, work: Path, n: int) -> list[str]:
     ]
 
 
-def run_size(n: int, work: Path) -> list[dict]:
+def run_size(n: int, work: Path, extra: list[str]) -> list[dict]:
     corpus = make_corpus(work / f"corpus-{n}", n)
     base = overrides(corpus, work, n)
     py = sys.executable
@@ -141,7 +141,7 @@ def run_size(n: int, work: Path) -> list[dict]:
          "granularity=proposition", "limit_questions=1000", "retrieval_text=false",
          "dataset=squad-open", f"dataset.name=scale-{n}",
          f"dataset.path={corpus / 'questions.jsonl'}", "dataset.qrels=null",
-         f"paths.output_dir={out_dir}"],
+         f"paths.output_dir={out_dir}", *extra],
         logs / f"evaluate-{n}.log",
     )  # fmt: skip
     row = json.loads((out_dir / "results.jsonl").read_text().splitlines()[0])
@@ -163,10 +163,12 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--units", type=int, nargs="+", default=[100_000, 1_000_000, 4_000_000])
     ap.add_argument("--work", type=Path, default=REPO / ".cache" / "scale")
+    ap.add_argument("--evaluate-overrides", nargs="*", default=[],
+                    help="extra overrides for evaluate.py, e.g. index.blas_threshold=20")  # fmt: skip
     args = ap.parse_args()
     rows = []
     for n in sorted(args.units):
-        rows += run_size(n, args.work.resolve())
+        rows += run_size(n, args.work.resolve(), args.evaluate_overrides)
         for r in rows[-2:]:
             print(f"{r['N']:>9,} {r['stage']:<22} {r['wall_s']:8.1f} s {r['rss_mb']:8.0f} MB "
                   f"{r['N'] / r['wall_s']:10,.0f} units/s  {r['detail']}", flush=True)  # fmt: skip

@@ -102,9 +102,29 @@ class ArrowTable:
         return self.table.column(column).to_numpy()
 
     def take(self, column: str, rows: Sequence[int] | np.ndarray) -> list:
-        """Python values of `column` at `rows` (any order, repeats allowed)."""
-        idx = pa.array(np.asarray(rows, dtype=np.int64))
-        return self.table.column(column).take(idx).to_pylist()
+        """Python values of `column` at `rows` (any order, repeats allowed).
+
+        Each row is read from its own chunk (a record batch of one shard): `ChunkedArray.take`
+        would first concatenate the whole column, i.e. copy a corpus's text for ten rows."""
+        rows = np.asarray(rows, dtype=np.int64)
+        col = self.table.column(column)
+        starts = self._chunk_starts(column)
+        which = np.searchsorted(starts, rows, side="right") - 1
+        out: list = [None] * len(rows)
+        for c in np.unique(which).tolist():
+            sel = np.flatnonzero(which == c)
+            values = col.chunk(c).take(pa.array(rows[sel] - starts[c])).to_pylist()
+            for i, value in zip(sel.tolist(), values):
+                out[i] = value
+        return out
+
+    def _chunk_starts(self, column: str) -> np.ndarray:
+        """First row of each chunk of `column` (cached)."""
+        cache = self.__dict__.setdefault("_starts", {})
+        if column not in cache:
+            lengths = [len(c) for c in self.table.column(column).chunks]
+            cache[column] = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
+        return cache[column]
 
     def slice(self, column: str, start: int, end: int) -> list:
         """Python values of `column` for rows [start, end)."""
