@@ -105,3 +105,21 @@ def test_multirun_sweep_with_ddp_runs_each_job_once(repo_root: Path, tmp_path: P
         (manifest,) = (cache / "embeddings" / "minilm").glob("*/manifest.json")
         m = json.loads(manifest.read_text())
         assert (m["count"], m["processes"]) == (51, 2)
+
+
+def test_slurm_ddp_launcher_sizes_follow_the_trainer(repo_root: Path) -> None:
+    """`hydra/launcher=slurm_ddp`: one SLURM task per device on every node, the layout
+    Lightning's SLURMEnvironment checks (ntasks-per-node == devices)."""
+    pytest.importorskip("hydra_plugins.hydra_submitit_launcher")
+    from omegaconf import OmegaConf
+
+    GlobalHydra.instance().clear()
+    overrides = ["hydra/launcher=slurm_ddp", "trainer=gpu", "trainer.strategy=ddp",
+                 "trainer.num_nodes=4", "trainer.devices=8"]  # fmt: skip
+    with initialize_config_dir(version_base="1.3", config_dir=str(repo_root / "conf")):
+        cfg = compose("index", overrides=overrides, return_hydra_config=True)
+    GlobalHydra.instance().clear()
+    launcher = OmegaConf.to_container(cfg.hydra.launcher, resolve=False)
+    launcher = {k: OmegaConf.select(cfg, f"hydra.launcher.{k}") for k in launcher}
+    assert launcher["_target_"].endswith("SlurmLauncher")
+    assert (launcher["nodes"], launcher["tasks_per_node"], launcher["gpus_per_node"]) == (4, 8, 8)
