@@ -46,7 +46,7 @@ def test_factoid_wiki_proposition_sizes() -> None:
 
 def test_retriever_dims_offline(repo_root: Path, minilm_path: str) -> None:
     gtr = _cfg(repo_root, ["retriever=gtr"]).retriever
-    assert retriever_dim(gtr) == (768, "known (paper retrievers)")
+    assert retriever_dim(gtr) == (768, "known dim of the paper retrievers")
     # the packaged MiniLM resolves locally: its config files say 384
     dim, source = retriever_dim(_cfg(repo_root, ["retriever=minilm"]).retriever)
     assert dim == 384 and "config" in source

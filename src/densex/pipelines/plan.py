@@ -124,7 +124,7 @@ def retriever_dim(retriever_cfg: Mapping[str, Any]) -> tuple[int | None, str]:
                 return dim, f"{local.name} config"
     name = str(r.get("name", ""))
     if name in KNOWN_DIMS:
-        return KNOWN_DIMS[name], "known (paper retrievers)"
+        return KNOWN_DIMS[name], "known dim of the paper retrievers"
     return 768, "assumed (BERT-base)"
 
 
