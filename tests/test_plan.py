@@ -46,7 +46,7 @@ def test_factoid_wiki_proposition_sizes() -> None:
 
 def test_retriever_dims_offline(repo_root: Path, minilm_path: str) -> None:
     gtr = _cfg(repo_root, ["retriever=gtr"]).retriever
-    assert retriever_dim(gtr) == (768, "known (paper retrievers)")
+    assert retriever_dim(gtr) == (768, "known dim of the paper retrievers")
     # the packaged MiniLM resolves locally: its config files say 384
     dim, source = retriever_dim(_cfg(repo_root, ["retriever=minilm"]).retriever)
     assert dim == 384 and "config" in source
@@ -122,3 +122,14 @@ def test_cli_prints_the_factoid_wiki_budget_offline(repo_root: Path, tmp_path: P
     assert "789 GB" in prop and "395 GB" in prop  # fp32 and fp16 embeddings / Flat
     assert "dim 768" in out
     assert not (tmp_path / "cache").exists()  # nothing was built
+
+
+def test_hash_retriever_plans_cpu_encoding_at_its_dim() -> None:
+    box = {"ram_gb": 24, "disk_gb": 70, "gpus": 0, "gpu_mem_gb": 80, "cores": 2, "queries": 1000}
+    units = {"proposition": {"count": 4_000_000, "avg_words": 11.2, "bytes_per_unit": 120.0}}
+    hash_r = {"name": "hash", "type": "hash", "dim": 256}
+    dim, _ = retriever_dim(hash_r)
+    (row,) = plan_rows("synthetic", units, hash_r, dim, box, 2.0, None, 20e9)
+    assert row["emb_fp32_bytes"] == 4_000_000 * 256 * 4  # 4.1 GB
+    assert row["encode_on"] == "1 CPU process"
+    assert row["fits"] == "Flat fp32 in RAM"

@@ -124,7 +124,7 @@ def retriever_dim(retriever_cfg: Mapping[str, Any]) -> tuple[int | None, str]:
                 return dim, f"{local.name} config"
     name = str(r.get("name", ""))
     if name in KNOWN_DIMS:
-        return KNOWN_DIMS[name], "known (paper retrievers)"
+        return KNOWN_DIMS[name], "known dim of the paper retrievers"
     return 768, "assumed (BERT-base)"
 
 
@@ -451,8 +451,10 @@ def plan_rows(
                 disk_total_bytes=s["units"] + s["emb_fp16"] + s["flat_fp32"],
             )
             gpu_ups = gpu_units_per_second(retriever, float(u.get("avg_words") or 20.0))
-            row["encode_gpu_s"] = n / (gpu_ups * (gpus if retriever.get("type") != "hash" else 1))
+            on_cpu = str(retriever.get("type", "dense")) == "hash"  # model-free: one process
+            row["encode_gpu_s"] = n / (gpu_ups * (1 if on_cpu else gpus))
             row["encode_gpu_ups"] = gpu_ups
+            row["encode_on"] = "1 CPU process" if on_cpu else f"{gpus} GPUs"
             if measured:
                 row["encode_here_s"] = n / measured["units_per_second"]
             gemm = 2.0 * q * n * dim
@@ -588,7 +590,7 @@ def plan_tables(rows: list[dict[str, Any]], retriever: str, dim_source: str) -> 
         left = col in ("corpus", "granularity", "fits this machine")
         need.add_column(col, justify="left" if left else "right")
     for r in rows:
-        encode = _dur(r["encode_gpu_s"]) + f" /{gpus} GPU"
+        encode = f"{_dur(r['encode_gpu_s'])} ({r['encode_on']})"
         if r.get("encode_here_s") is not None:
             encode += f" ({_dur(r['encode_here_s'])} here)"
         need.add_row(

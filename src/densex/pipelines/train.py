@@ -19,7 +19,7 @@ from densex.utils.models import resolve_precision
 from densex.utils.progress import LogProgress, is_tty
 from densex.utils.resume import RNGState
 from densex.utils.secrets import redact_config
-from densex.utils.trainer import CloseSpawnedProcessGroup
+from densex.utils.trainer import CloseSpawnedProcessGroup, multirun_safe_strategy
 
 log = get_logger(__name__)
 
@@ -272,6 +272,11 @@ def run(cfg: DictConfig) -> float:
         use_distributed_sampler=False,
         enable_progress_bar=show_bar,
         precision=resolve_precision(cfg.trainer.get("precision", "auto")),
+        strategy=multirun_safe_strategy(
+            cfg.trainer.get("strategy", "auto"),
+            cfg.trainer.get("devices", 1),
+            cfg.trainer.get("num_nodes", 1),
+        ),
     )
     hparams = {
         "cfg": redact_config(OmegaConf.to_container(cfg, resolve=True)),  # loggers: no secrets

@@ -40,6 +40,63 @@ class CloseSpawnedProcessGroup(pl.Callback):
             dist.destroy_process_group()
 
 
+def hydra_multirun() -> bool:
+    """Whether this process runs one job of a Hydra multirun (`-m`)."""
+    try:
+        from hydra.core.hydra_config import HydraConfig
+        from hydra.types import RunMode
+    except ImportError:  # pragma: no cover - hydra is a dependency
+        return False
+    return HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
+
+
+def launched_externally() -> bool:
+    """Whether the ranks were started by a launcher (srun under SLURM, torchrun): Lightning's
+    `ddp` then uses those processes and starts none itself."""
+    from lightning_fabric.plugins.environments import SLURMEnvironment, TorchElasticEnvironment
+
+    return SLURMEnvironment.detect() or TorchElasticEnvironment.detect()
+
+
+def _processes(devices: Any, num_nodes: Any) -> int | None:
+    """Processes a (devices, num_nodes) setting asks for; None when it is not known up front
+    (`auto`, -1)."""
+    if isinstance(devices, (list, tuple)):
+        per_node: int | None = len(devices)
+    elif str(devices).strip().lstrip("-").isdigit():
+        per_node = int(devices) if int(devices) >= 0 else None
+    elif isinstance(devices, str) and "," in devices:
+        per_node = len([d for d in devices.split(",") if d.strip()])
+    else:
+        per_node = None
+    nodes = int(num_nodes or 1)
+    return None if per_node is None else per_node * nodes
+
+
+def multirun_safe_strategy(strategy: Any, devices: Any = 1, num_nodes: Any = 1) -> Any:
+    """`strategy`, except a plain `ddp` of several processes inside a Hydra multirun that no
+    external launcher started, which becomes `ddp_spawn` (with a warning).
+
+    Lightning's `ddp` starts ranks 1..N-1 by re-running the script with `sys.argv`; inside
+    `python evaluate.py -m a=1,2 ...` that argv is the whole sweep, so every extra rank would
+    run the sweep again (Lightning 2.6 `_hydra_subprocess_cmd` keeps `-m` and the sweep).
+    `ddp_spawn` starts workers without re-running the script. Under SLURM (submitit, one task
+    per device) and torchrun, the processes already exist and `ddp` is kept.
+    """
+    if str(strategy) != "ddp":
+        return strategy
+    n = _processes(devices, num_nodes)
+    if (n is not None and n <= 1) or not hydra_multirun() or launched_externally():
+        return strategy
+    from densex.utils.logging import get_logger
+
+    get_logger(__name__).warning(
+        "trainer.strategy=ddp inside a Hydra multirun re-runs the whole sweep in every rank;"
+        " using ddp_spawn (or launch with hydra/launcher=slurm, one task per device)"
+    )
+    return "ddp_spawn"
+
+
 def _plain(value: Any) -> Any:
     from omegaconf import DictConfig, ListConfig, OmegaConf
 
@@ -81,6 +138,10 @@ def trainer_kwargs(
         cfg["precision"] = resolve_precision(cfg["precision"])
     cfg.pop("callbacks", None)
     cfg.update(PREDICT_OVERRIDES)
+    if "strategy" in cfg:
+        cfg["strategy"] = multirun_safe_strategy(
+            cfg["strategy"], cfg.get("devices", 1), cfg.get("num_nodes", 1)
+        )
     return cfg
 
 
