@@ -151,27 +151,9 @@ def load_or_build_searcher(
         store = encode_units_to_dir(units_path, spec, emb_dir, trainer_cfg, shard_size=shard_size)
 
     ispec = IndexSpec.from_cfg(index_cfg)
-    emb_key = emb_dir.name
-    idx_dir = artifact_dir(
-        cache_dir,
-        "index",
-        spec.name,
-        ispec.name,
-        key=content_key(embeddings=emb_key, index=ispec.cache_fields()),
+    index, idx_dir, built = _load_or_build_index(
+        store, spec, ispec, emb_dir, cache_dir, units_path, rebuild=encoded
     )
-    remove_orphans(idx_dir)
-    index = None
-    if (idx_dir / "manifest.json").exists() and not encoded:
-        try:
-            index = ShardedIndex.load(idx_dir, ispec)
-        except DamagedArtifact as e:
-            handle_damage(e.problems, "index", f"rebuild: rm -r {idx_dir}")
-            (idx_dir / "manifest.json").unlink(missing_ok=True)
-    built = index is None
-    if built:  # one shard in memory at a time; written as built
-        index = build_index_to_dir(
-            store, ispec, idx_dir, embeddings_dir=str(emb_dir), units_sha256=hash_file(units_path)
-        )
     log.info(
         "%s searcher over %d units (%s embeddings, %s index %s)",
         spec.name,
@@ -189,6 +171,28 @@ def load_or_build_searcher(
         **({"index_recall": index.info["recall"]} if "recall" in index.info else {}),
     }
     return searcher
+
+
+def _load_or_build_index(
+    store: Any, spec: RetrieverSpec, ispec: IndexSpec, emb_dir: Path, cache_dir: str | Path,
+    units_path: Path, rebuild: bool,
+) -> tuple[ShardedIndex, Path, bool]:  # fmt: skip
+    """The faiss index of `store` under `ispec`, keyed by (embeddings, build settings): loaded
+    when cached and intact (search settings applied), else built one shard at a time; returns
+    (index, its dir, whether it was built)."""
+    key = content_key(embeddings=emb_dir.name, index=ispec.cache_fields())
+    idx_dir = artifact_dir(cache_dir, "index", spec.name, ispec.name, key=key)
+    remove_orphans(idx_dir)
+    if (idx_dir / "manifest.json").exists() and not rebuild:
+        try:
+            return ShardedIndex.load(idx_dir, ispec), idx_dir, False
+        except DamagedArtifact as e:
+            handle_damage(e.problems, "index", f"rebuild: rm -r {idx_dir}")
+            (idx_dir / "manifest.json").unlink(missing_ok=True)
+    index = build_index_to_dir(
+        store, ispec, idx_dir, embeddings_dir=str(emb_dir), units_sha256=hash_file(units_path)
+    )
+    return index, idx_dir, True
 
 
 def _load_or_build_bm25(

@@ -452,7 +452,6 @@ def encode_units_to_dir(
         if isinstance(retriever_cfg, RetrieverSpec)
         else RetrieverSpec.from_cfg(retriever_cfg)
     )
-    dtype = dtype or spec.dtype
     units_path, out = Path(units_path), Path(out_dir)
     if not units_path.exists():
         raise DataError(units_path, None, None, "file not found")
@@ -460,7 +459,7 @@ def encode_units_to_dir(
         "units_sha256": hash_file(units_path),
         "retriever": spec.cache_fields("doc"),
         "shard_size": shard_size,
-        "dtype": dtype,
+        "dtype": dtype or spec.dtype,
     }
     remove_orphans(out)
     store = open_embeddings(out)
@@ -470,65 +469,96 @@ def encode_units_to_dir(
     n_units = len(unit_tables(units_path)[1])
     if n_units == 0:
         raise DataError(units_path, None, None, "no units to encode")
-    out.mkdir(parents=True, exist_ok=True)
-    job_path = out / "encoding.json"
-    if job_path.exists():
-        previous = read_json(job_path)
-        for key, value in job.items():
-            if previous.get(key) != value:
-                raise DataError(
-                    job_path, None, key, "directory holds another encoding; use a new dir"
-                )
-    else:
-        write_json(job_path, job)
-
+    _bind_job(out, job)
     plan = plan_shards(n_units, shard_size)
-    done = _complete_shards(out, plan, dtype)
+    done = _complete_shards(out, plan, job["dtype"])
     pending = [sh for sh in plan if sh not in done]
-    t0, world, trainer = time.perf_counter(), 1, None
-    if pending:
-        log.info(
-            "encoding %d units in %d shards with %s (%d shards already done)",
-            sum(e - s for s, e in pending),
-            len(pending),
-            spec.name,
-            len(done),
-        )
-        encoder = load_encoder(spec, "doc")
-        texts = ShardTexts(units_path, spec, encoder, out)
-        writer = EmbeddingShardWriter(out, pending, texts, dtype)
-        # encoding runs in the retriever's precision (part of the cache key), never the
-        # trainer's: `trainer.precision=auto` must not turn cached fp32 vectors into bf16 ones
-        trainer = predict_trainer(
-            trainer_cfg,
-            root_dir=out,
-            callbacks=[writer, *progress_callbacks(trainer_cfg)],
-            precision=spec.precision,
-        )
-        world = trainer.world_size
-        dm = UnitsDataModule(pending, texts, encoder, spec.batch_size)
-        trainer.predict(EncoderModule(encoder), datamodule=dm, return_predictions=False)
-        # with `strategy=ddp` every rank runs this function: wait for all shards, let rank 0
-        # write the manifest (ddp_spawn returns here in the main process only)
-        trainer.strategy.barrier("densex-encode")
-        if not trainer.is_global_zero:
-            trainer.strategy.barrier("densex-manifest")
-            return EmbeddingStore.open(out)
-    missing = [sh for sh in plan if sh not in _complete_shards(out, plan, dtype)]
+    t0 = time.perf_counter()
+    trainer = _encode_pending(units_path, spec, out, pending, job["dtype"], trainer_cfg, len(done))
+    if trainer is not None and not trainer.is_global_zero:  # ddp: rank 0 writes the manifest
+        trainer.strategy.barrier("densex-manifest")
+        return EmbeddingStore.open(out)
+    missing = [sh for sh in plan if sh not in _complete_shards(out, plan, job["dtype"])]
     if missing:
         raise RuntimeError(f"encoding finished with {len(missing)} shards missing: {missing[:3]}")
+    run = {
+        "encoded_this_run": sum(e - s for s, e in pending),
+        "resumed_shards": len(done),
+        "processes": trainer.world_size if trainer is not None else 1,
+        "seconds": time.perf_counter() - t0,
+    }
+    _write_manifest(out, spec, job, units_path, plan, n_units, run)
+    if trainer is not None:
+        trainer.strategy.barrier("densex-manifest")  # the other ranks wait for the manifest
+    return EmbeddingStore.open(out)
+
+
+def _bind_job(out: Path, job: dict[str, Any]) -> None:
+    """Record the encoding `out` holds (`encoding.json`), or refuse a directory that holds
+    another one."""
+    out.mkdir(parents=True, exist_ok=True)
+    job_path = out / "encoding.json"
+    if not job_path.exists():
+        write_json(job_path, job)
+        return
+    previous = read_json(job_path)
+    for key, value in job.items():
+        if previous.get(key) != value:
+            raise DataError(job_path, None, key, "directory holds another encoding; use a new dir")
+
+
+def _encode_pending(
+    units_path: Path, spec: RetrieverSpec, out: Path, pending: list[tuple[int, int]],
+    dtype: str, trainer_cfg: Any, n_done: int,
+) -> pl.Trainer | None:  # fmt: skip
+    """Encode the pending shards with Lightning predict (each rank its shards r, r+world, ...);
+    the trainer (None when nothing was pending), after every rank's shards are on disk."""
+    if not pending:
+        return None
+    log.info(
+        "encoding %d units in %d shards with %s (%d shards already done)",
+        sum(e - s for s, e in pending), len(pending), spec.name, n_done,
+    )  # fmt: skip
+    encoder = load_encoder(spec, "doc")
+    texts = ShardTexts(units_path, spec, encoder, out)
+    # encoding runs in the retriever's precision (part of the cache key), never the
+    # trainer's: `trainer.precision=auto` must not turn cached fp32 vectors into bf16 ones
+    trainer = predict_trainer(
+        trainer_cfg,
+        root_dir=out,
+        callbacks=[
+            EmbeddingShardWriter(out, pending, texts, dtype),
+            *progress_callbacks(trainer_cfg),
+        ],
+        precision=spec.precision,
+    )
+    dm = UnitsDataModule(pending, texts, encoder, spec.batch_size)
+    trainer.predict(EncoderModule(encoder), datamodule=dm, return_predictions=False)
+    # with `strategy=ddp` every rank runs this: wait for all shards (ddp_spawn returns in the
+    # main process only)
+    trainer.strategy.barrier("densex-encode")
+    return trainer
+
+
+def _write_manifest(
+    out: Path, spec: RetrieverSpec, job: dict[str, Any], units_path: Path,
+    plan: list[tuple[int, int]], n_units: int, run: dict[str, Any],
+) -> None:  # fmt: skip
+    """The complete directory's manifest: every shard with its size + content hash (verified
+    before every reuse), the truncated units, and this run's figures."""
     dim = int(np.load(out / f"emb-{shard_stem(*plan[0])}.npy", mmap_mode="r").shape[1])
-    seconds = time.perf_counter() - t0
     truncated = _truncation_summary(out, plan)
     if truncated["count"]:
         log.warning(
             "%d units are longer than %s's max_length (%d tokens) and were truncated, e.g. %s",
-            truncated["count"],
-            spec.name,
-            spec.max_length,
-            truncated["examples"][:10],
-        )
-    encoded = sum(e - s for s, e in pending)
+            truncated["count"], spec.name, spec.max_length, truncated["examples"][:10],
+        )  # fmt: skip
+    shards = []
+    for s, e in plan:
+        emb, ids = f"emb-{shard_stem(s, e)}.npy", f"ids-{shard_stem(s, e)}.json"
+        records = {"file": file_record(out / emb), "ids": file_record(out / ids)}
+        shards.append({"file": emb, "ids": ids, "start": s, "end": e, "records": records})
+    encoded, seconds = run["encoded_this_run"], run["seconds"]
     write_manifest(
         out / "manifest.json",
         kind="embeddings",
@@ -536,32 +566,13 @@ def encode_units_to_dir(
         model=spec.doc_model_or_query,
         retriever=spec.cache_fields("doc"),
         dim=dim,
-        dtype=dtype,
+        dtype=job["dtype"],
         count=n_units,
         units_path=str(units_path.resolve()),
         units_sha256=job["units_sha256"],
-        shard_size=shard_size,
-        shards=[
-            {
-                "file": f"emb-{shard_stem(s, e)}.npy",
-                "ids": f"ids-{shard_stem(s, e)}.json",
-                "start": s,
-                "end": e,
-                # size + content hash per shard file: verified before every reuse
-                "records": {
-                    "file": file_record(out / f"emb-{shard_stem(s, e)}.npy"),
-                    "ids": file_record(out / f"ids-{shard_stem(s, e)}.json"),
-                },
-            }
-            for s, e in plan
-        ],
+        shard_size=job["shard_size"],
+        shards=shards,
         truncated_units=truncated,
-        encoded_this_run=encoded,
-        resumed_shards=len(done),
-        processes=world,
-        seconds=round(seconds, 3),
+        **{**run, "seconds": round(seconds, 3)},
         units_per_second=round(encoded / seconds, 2) if encoded and seconds > 0 else None,
     )
-    if trainer is not None:
-        trainer.strategy.barrier("densex-manifest")  # the other ranks wait for the manifest
-    return EmbeddingStore.open(out)
