@@ -391,7 +391,10 @@ def progress_callbacks(trainer_cfg: Mapping[str, Any] | Any | None) -> list:
 
 def _length_order(encoder: Any, texts: Sequence[Any], rows: range) -> tuple[list[int], np.ndarray]:
     """Rows of one shard, longest first by token count (stable, so ties keep file order), and
-    which of them the tokenizer truncates (more tokens than it keeps)."""
+    which of them the tokenizer truncates (more tokens than it keeps). An encoder that neither
+    pads nor truncates (`pads = False`: hashing) keeps file order, without a counting pass."""
+    if not getattr(encoder, "pads", True):
+        return list(rows), np.zeros(len(rows), dtype=bool)
     flat = [t if isinstance(t, str) else f"{t[0]} {t[1]}" for t in texts]
     lengths = np.asarray(encoder.token_lengths(flat))
     truncated = lengths > encoder.max_tokens

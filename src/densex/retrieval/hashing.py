@@ -60,6 +60,7 @@ class HashEncoder(nn.Module):
             raise ValueError(f"hash dim must be an integer >= 1, got {dim!r}")
         self._dim = int(dim)
         self.max_length = NO_TRUNCATION
+        self.pads = False  # sparse cells, no padding: encoding need not sort by length
 
     @property
     def dim(self) -> int:
