@@ -60,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    from densex.qa.popularity import run_popularity
+    from densex.analysis.popularity import run_popularity
 
     retrievals = dict(_parse_retrieval(s) for s in args.retrieval)
     result = run_popularity(
