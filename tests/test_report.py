@@ -286,7 +286,7 @@ def test_wandb_gets_the_answer_recall_curve_figure_and_table3(tmp_path, monkeypa
     for i in range(2):
         write_curve(tmp_path / str(i) / "answer_recall_by_words.csv", [0.0, 10.0, 50.0])
     sweep_run = _RecordingRun()
-    monkeypatch.setattr(wandb_log, "init_run", lambda *a, **k: sweep_run)
+    monkeypatch.setattr(callback, "init_run", lambda *a, **k: sweep_run)
     callback.aggregate_sweep(tmp_path, OmegaConf.create({"logger": {"wandb": {}}}))
     assert isinstance(sweep_run.logged["answer_recall_by_words"], wandb.Image)
     table3 = sweep_run.logged["table3"]

@@ -17,6 +17,30 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from densex.corpus.readers import read_passages
+from densex.metrics.propositions import STOPWORDS_NAME, stemmer
+from densex.metrics.set_f1 import SetF1Scorer
+from densex.pipelines.index import (
+    build_corpus_units,
+    generated_propositions,
+    generated_propositions_path,
+    global_rank,
+)
+from densex.propositionizer.quality import (
+    parse_outcomes,
+    read_generation_manifest,
+    split_passage_ids,
+)
+from densex.report.propositions import (
+    REFERENCE,
+    aggregate,
+    baseline_systems,
+    log_report,
+    quality_rows,
+    write_report,
+)
+from densex.report.wandb_log import init_run
+from densex.utils.cache import artifact_dir, content_key, hash_file
 from densex.utils.io import DataError, numbered_jsonl, read_json, write_jsonl
 from densex.utils.logging import get_logger
 
@@ -75,7 +99,6 @@ def select_passages(
     passages: Sequence[dict[str, Any]], subset: str, val_fraction: float, limit: int | None
 ) -> list[dict[str, Any]]:
     """The passages of `subset` (all | validation | train, by article), first `limit` kept."""
-    from densex.propositionizer.quality import split_passage_ids
 
     if subset not in SUBSETS:
         raise ValueError(f"task.subset must be one of {SUBSETS}, got {subset!r}")
@@ -102,8 +125,6 @@ def generate_predictions(
 ) -> Path:
     """Propositions of the selected passages by the configured propositionizer, through the
     index pipeline's cache (`task.generate`: auto | subset | corpus, see conf/task)."""
-    from densex.pipelines.index import generated_propositions, generated_propositions_path
-    from densex.utils.cache import artifact_dir, content_key, hash_file
 
     mode = str(cfg.task.get("generate", "auto"))
     if mode not in GENERATE:
@@ -122,23 +143,12 @@ def generate_predictions(
 
 
 def _scorer(task: DictConfig) -> Any:
-    from densex.metrics.set_f1 import SetF1Scorer
 
     return SetF1Scorer(**OmegaConf.to_container(task.scorer, resolve=True))
 
 
 def run(cfg: DictConfig) -> float:
     """Write the quality report into `cfg.paths.output_dir`; return the predictions' set-F1."""
-    from densex.corpus.readers import read_passages
-    from densex.pipelines.index import build_corpus_units, global_rank
-    from densex.propositionizer.quality import parse_outcomes, read_generation_manifest
-    from densex.report.propositions import (
-        REFERENCE,
-        aggregate,
-        baseline_systems,
-        quality_rows,
-        write_report,
-    )
 
     task = cfg.task
     out_dir = Path(cfg.paths.output_dir)
@@ -211,7 +221,6 @@ def run(cfg: DictConfig) -> float:
         raise ValueError("nothing to report: no predictions, no reference row, no baselines")
 
     scorer_cfg = OmegaConf.to_container(task.scorer, resolve=True)
-    from densex.metrics.propositions import stemmer
 
     stem_name = task.get("stemmer")
     rows = quality_rows(evaluated, references, systems, _scorer(task), parse, stemmer(stem_name))
@@ -247,7 +256,6 @@ def run(cfg: DictConfig) -> float:
 
 
 def _notes(summary: dict[str, Any], scorer: dict[str, Any]) -> list[str]:
-    from densex.metrics.propositions import STOPWORDS_NAME
 
     n_out = summary["n_without_reference"]
     left_out = f"; {n_out} without a reference left out" if n_out else ""
@@ -293,8 +301,6 @@ def _print(table: Sequence[dict[str, Any]], title: str) -> None:
 
 
 def _log_wandb(cfg: DictConfig, table, rows, label: str | None) -> None:
-    from densex.report.propositions import log_report
-    from densex.report.wandb_log import init_run
 
     run = init_run(
         cfg,

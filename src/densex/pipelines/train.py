@@ -13,11 +13,13 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from densex.propositionizer.module import prepare_model_path
+from densex.report.wandb_log import wandb_offline
 from densex.utils.io import write_json
 from densex.utils.logging import get_logger
 from densex.utils.models import resolve_precision
 from densex.utils.progress import LogProgress, is_tty
-from densex.utils.resume import RNGState
+from densex.utils.resume import RNGState, newest_checkpoint
 from densex.utils.secrets import redact_config
 from densex.utils.trainer import CloseSpawnedProcessGroup
 
@@ -81,8 +83,6 @@ def build_loggers(cfg: DictConfig) -> list[Any]:
     import os
 
     from hydra.utils import instantiate
-
-    from densex.report.wandb_log import wandb_offline
 
     loggers = []
     for node in (cfg.get("logger") or {}).values():
@@ -168,7 +168,6 @@ def _resolve_ckpt(ckpt_path: str | None, cfg: DictConfig) -> str | None:
     """`last`: the newest checkpoint of this run dir (mid-epoch step checkpoints included),
     an error saying there is none otherwise; `auto`: the same, or a clean start when there is
     none (a requeued cluster job); a path must exist."""
-    from densex.utils.resume import newest_checkpoint
 
     if not ckpt_path:
         return None
@@ -209,8 +208,6 @@ def run(cfg: DictConfig) -> float:
     import pytorch_lightning as pl
     import torch
     from hydra.utils import instantiate
-
-    from densex.propositionizer.module import prepare_model_path
 
     if cfg.get("seed") is not None:
         pl.seed_everything(cfg.seed, workers=True)

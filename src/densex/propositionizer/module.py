@@ -26,6 +26,7 @@ from densex.propositionizer.parse import parse_propositions
 from densex.utils.io import mkdtemp, write_manifest
 from densex.utils.logging import get_logger
 from densex.utils.models import resolve_model
+from densex.utils.tiny_t5 import cached_tiny_t5
 
 log = get_logger(__name__)
 
@@ -50,7 +51,6 @@ def prepare_model_path(
     (`densex.utils.tiny_t5.cached_tiny_t5`)."""
     if name_or_path != "tiny":
         return resolve_model(name_or_path)
-    from densex.utils.tiny_t5 import cached_tiny_t5
 
     return str(cached_tiny_t5(cache_dir, texts, **dict(tiny or {})))
 

@@ -17,6 +17,7 @@ from typing import Any
 from densex.utils.logging import get_logger
 from densex.utils.models import resolve_dtype, resolve_model
 from densex.utils.progress import Progress
+from densex.utils.tiny_t5 import ensure_tiny_t5
 
 log = get_logger(__name__)
 
@@ -127,7 +128,6 @@ class Reader:
 
 def tiny_reader(out_dir: str | os.PathLike, **kwargs: Any) -> Reader:
     """A `Reader` over a tiny random T5 built once in `out_dir` (tests and CPU smoke runs)."""
-    from densex.utils.tiny_t5 import ensure_tiny_t5
 
     out = ensure_tiny_t5(out_dir)  # built once, atomically (concurrent jobs: first one wins)
     kwargs.setdefault("name", "tiny")

@@ -23,6 +23,7 @@ from densex.report.naming import (
     ordered,
 )
 from densex.utils.io import DataError, atomic_open, read_jsonl
+from densex.utils.logging import render
 
 GAIN = "gain"  # the granularity label of the proposition - passage row
 
@@ -202,6 +203,7 @@ def full_metrics(
 ) -> list[tuple[str, str]]:
     """Every recall cut-off all rows have (`R@k`), then answer recall at `words` (`AR@l`)
     where every row has it (from the row, else read from its job's curve file into it)."""
+    # lazy: qa.cell pulls the reader (torch, transformers, Lightning: ~10 s); tables need none
     from densex.qa.cell import CURVE_FILE, read_curve
 
     ks = sorted(
@@ -266,8 +268,6 @@ def print_table2(
     """A rich table on stdout, one section per retriever, at its natural width (no wrapping,
     no escapes when stdout is a file)."""
     from rich.table import Table
-
-    from densex.utils.logging import render
 
     cols = display_columns(table)
     block_cols = label_columns(table)[:-1]
