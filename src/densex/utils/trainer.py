@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytorch_lightning as pl
+from omegaconf import DictConfig, OmegaConf
 from pytorch_lightning.callbacks.progress import ProgressBar
 
 from densex.utils.models import resolve_precision
@@ -40,14 +41,6 @@ class CloseSpawnedProcessGroup(pl.Callback):
             dist.destroy_process_group()
 
 
-def _plain(value: Any) -> Any:
-    from omegaconf import DictConfig, ListConfig, OmegaConf
-
-    if isinstance(value, (DictConfig, ListConfig)):
-        return OmegaConf.to_container(value, resolve=True)
-    return value
-
-
 def trainer_kwargs(
     trainer_cfg: Mapping[str, Any] | Any | None,
     root_dir: str | Path | None = None,
@@ -58,8 +51,6 @@ def trainer_kwargs(
     A Hydra node is read key by key, so an interpolation that is overridden here (the
     `default_root_dir: ${paths.output_dir}` of `conf/trainer/default.yaml`) is never resolved.
     """
-    from omegaconf import DictConfig
-
     if trainer_cfg is None:
         cfg: dict[str, Any] = {"accelerator": "auto", "devices": 1}
     else:
@@ -70,7 +61,10 @@ def trainer_kwargs(
         if isinstance(trainer_cfg, DictConfig):
             for key in trainer_cfg:
                 if key not in skip:
-                    cfg[str(key)] = _plain(trainer_cfg[key])
+                    value = trainer_cfg[key]  # resolved here, with the whole config as root
+                    if OmegaConf.is_config(value):
+                        value = OmegaConf.to_container(value, resolve=True)
+                    cfg[str(key)] = value
         else:
             cfg.update({k: v for k, v in dict(trainer_cfg).items() if k not in skip})
     if root_dir is not None:
