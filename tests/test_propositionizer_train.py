@@ -15,13 +15,13 @@ import pytorch_lightning as pl
 import torch
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
+from omegaconf import OmegaConf
 
 from densex.pipelines.train import (
     accumulation,
     batch_plan,
     best_checkpoint,
     build_loggers,
-    world_size,
 )
 from densex.propositionizer.data import (
     LengthGroupedSampler,
@@ -306,6 +306,26 @@ def test_parse_prediction():
     assert parse_prediction('{"a": 1}') is None
 
 
+@pytest.mark.parametrize(("devices", "nodes", "world"), [(2, 1, 2), (2, 2, 4), (1, 3, 3)])
+def test_world_size_is_lightnings(repo_root, devices, nodes, world):
+    """train.run sizes the batch plan by `trainer.world_size`: Lightning's count, not ours."""
+    from hydra.utils import instantiate
+
+    trainer_cfg = OmegaConf.load(repo_root / "conf" / "trainer" / "default.yaml")
+    trainer = instantiate(
+        trainer_cfg,
+        accelerator="cpu",
+        devices=devices,
+        num_nodes=nodes,
+        strategy="ddp",
+        default_root_dir=None,
+        precision="32-true",
+        logger=False,
+        enable_checkpointing=False,
+    )
+    assert trainer.world_size == world
+
+
 def test_effective_batch_accumulation():
     assert accumulation(64, 8, 1) == 8
     assert accumulation(64, 16, 2) == 2
@@ -322,9 +342,6 @@ def test_effective_batch_accumulation():
             batch_plan(64, per_device, devices)
     with pytest.raises(ValueError, match="smaller than the number of devices"):
         batch_plan(2, 8, 4)
-    assert world_size({"devices": 2, "num_nodes": 2}) == 4
-    assert world_size({"devices": [0, 1]}) == 2
-    assert world_size({"devices": "auto", "accelerator": "cpu"}) == 1
 
 
 class _ScoreByEpoch(pl.LightningModule):
@@ -486,13 +503,20 @@ def test_train_configs_compose(repo_root, model):
     GlobalHydra.instance().clear()
     with initialize_config_dir(version_base="1.3", config_dir=str(repo_root / "conf")):
         cfg = compose(config_name="train", overrides=[f"model={model}"])
-    assert cfg.model.batch_size in (64, 8) and cfg.model.lr > 0
+    assert cfg.model.batch_size in (64, 8) and cfg.model.optimizer.lr in (1e-4, 1e-3)
     assert cfg.model.metric.num_layers in (17, 6)
     assert cfg.data.per_device_batch_size == cfg.model.per_device_batch_size
     assert cfg.callbacks.model_checkpoint.monitor == "val/set_f1"
     if model != "tiny":
         assert cfg.model.name_or_path == f"google/{model}"
-        assert (cfg.model.lr, cfg.model.weight_decay, cfg.model.batch_size) == (1e-4, 1e-4, 64)
+        opt = cfg.model.optimizer
+        assert (opt._target_, opt.lr, opt.weight_decay, cfg.model.batch_size) == (
+            "torch.optim.AdamW",
+            1e-4,
+            1e-4,
+            64,
+        )
+        assert cfg.model.scheduler is None  # the paper's constant learning rate
 
 
 # ---- end to end ----------------------------------------------------------------------------------
@@ -579,12 +603,12 @@ def test_overfits_eight_pairs(repo_root, squad_open, minilm_path, tmp_path):
         f"model.metric.model_type={minilm_path}",
         f"trainer.max_epochs={epochs}",
         f"trainer.check_val_every_n_epoch={epochs}",
-        "model.lr=3e-3",
+        "model.optimizer.lr=3e-3",
         "model.batch_size=4",  # 2 steps per epoch: 400 updates
         "model.per_device_batch_size=4",
         "model.dropout=0",
-        "model.scheduler=linear",
-        "model.warmup_ratio=0.05",
+        "+model/scheduler=linear",
+        "model.scheduler.warmup_ratio=0.05",
         "model.tiny.d_model=128",
         "model.tiny.d_ff=256",
     )
@@ -593,3 +617,21 @@ def test_overfits_eight_pairs(repo_root, squad_open, minilm_path, tmp_path):
     assert val["val/n_passages"] == 8 and val["val/parse_rate"] == 1.0
     assert val["val/set_f1"] > 0.9
     assert summary["best_val_set_f1"] == pytest.approx(val["val/set_f1"], abs=1e-6)
+
+
+@pytest.mark.slow  # a train.py subprocess: ~25 s of CPU
+def test_debug_fast_dev_run_takes_one_step(repo_root, squad_open, minilm_path, tmp_path):
+    """`debug=fast_dev_run` (conf/debug): one training and one validation batch, then export."""
+    summary = train(
+        repo_root,
+        tmp_path / "run",
+        "debug=fast_dev_run",
+        f"paths.data_dir={squad_open.parent}",
+        f"model.metric.model_type={minilm_path}",
+        "data.limit_train=16",
+        "data.limit_val=8",
+        "model.max_new_tokens=8",
+    )
+    assert summary["global_step"] == 1 and summary["epochs"] == 1
+    assert not (tmp_path / "run" / "checkpoints").exists()  # fast_dev_run writes none
+    assert (tmp_path / "run" / "hf_model" / "config.json").exists()
