@@ -13,8 +13,6 @@ import pandas as pd
 import pytest
 import pytorch_lightning as pl
 import torch
-from hydra import compose, initialize_config_dir
-from hydra.core.global_hydra import GlobalHydra
 from omegaconf import OmegaConf
 
 from densex.pipelines.train import (
@@ -289,9 +287,12 @@ def test_datamodule_pads_dynamically_and_counts_truncation(squad_open, tiny_t5):
     for b in batches:
         n = b["attention_mask"].sum(1)
         assert b["input_ids"].shape[1] == int(n.max()) <= 384  # padded to the batch's longest
-        assert (
-            b["labels"].shape[1] <= 64 and (b["labels"] == -100).any() | (b["labels"] != -100).all()
-        )
+        # every target is longer than 64 tokens, so each is cut to exactly 64 labelled tokens;
+        # -100 (ignored) may only pad a row after its labelled prefix
+        labelled = b["labels"] != -100
+        assert b["labels"].shape[1] == 64 and (labelled.sum(1) == 64).all()
+        prefix = torch.arange(b["labels"].shape[1]) < labelled.sum(1, keepdim=True)
+        assert torch.equal(labelled, prefix)
         assert len(b["id"]) == len(b["target"]) == b["input_ids"].shape[0]
     # every labelled sequence ends with </s>, also the truncated ones
     eos = dm.tokenizer.eos_token_id
@@ -419,7 +420,7 @@ def test_best_checkpoint_score_under_ddp_spawn(tmp_path):
     assert score == pytest.approx(0.9) and ckpt["epoch"] == 1 and Path(path).name == "eepoch=1.ckpt"
 
 
-def test_wandb_logger_is_offline_without_login(repo_root, tmp_path, monkeypatch):
+def test_wandb_logger_is_offline_without_login(cfg_train, tmp_path, monkeypatch):
     from pytorch_lightning.loggers import WandbLogger
 
     from densex.report.wandb_log import wandb_logged_in
@@ -430,10 +431,8 @@ def test_wandb_logger_is_offline_without_login(repo_root, tmp_path, monkeypatch)
     monkeypatch.setenv("HOME", str(tmp_path))
     monkeypatch.setenv("WANDB_CONFIG_DIR", str(tmp_path / "wandb-config"))
     assert not wandb_logged_in()
-    GlobalHydra.instance().clear()
     overrides = ["logger=wandb", f"paths.output_dir={tmp_path}", "logger.wandb.log_model=true"]
-    with initialize_config_dir(version_base="1.3", config_dir=str(repo_root / "conf")):
-        cfg = compose(config_name="train", overrides=overrides)
+    cfg = cfg_train(*overrides)
     (logger,) = build_loggers(cfg)
     assert isinstance(logger, WandbLogger)
     assert logger._offline and not logger._log_model  # offline cannot upload checkpoints
@@ -499,10 +498,8 @@ def test_tiny_model_is_cached_by_texts_and_spec(tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize("model", ["flan-t5-large", "flan-t5-base", "flan-t5-small", "tiny"])
-def test_train_configs_compose(repo_root, model):
-    GlobalHydra.instance().clear()
-    with initialize_config_dir(version_base="1.3", config_dir=str(repo_root / "conf")):
-        cfg = compose(config_name="train", overrides=[f"model={model}"])
+def test_train_configs_compose(cfg_train, model):
+    cfg = cfg_train(f"model={model}")
     assert cfg.model.batch_size in (64, 8) and cfg.model.optimizer.lr in (1e-4, 1e-3)
     assert cfg.model.metric.num_layers in (17, 6)
     assert cfg.data.per_device_batch_size == cfg.model.per_device_batch_size
