@@ -14,6 +14,7 @@ from omegaconf import OmegaConf
 from densex.propositionizer import generate as gen
 from densex.propositionizer.generate import generate_propositions, manifest_path, passage_source
 from densex.propositionizer.parse import SentenceSplitter
+from densex.utils.generation import hit_max_new_tokens
 from densex.utils.io import DataError
 from helpers.config import compose_config
 from helpers.run_if import RunIf
@@ -428,10 +429,10 @@ def test_hit_max_new_tokens_whatever_the_decoder_start_token():
             [2, 5, 6, 7, 2],  # eos exactly at the limit: not cut
         ]
     )
-    assert gen._hit_max_new_tokens(out, eos, 4) == [True, False, False]
-    assert gen._hit_max_new_tokens(out, eos, 5) == [False, False, False]  # never reached
+    assert hit_max_new_tokens(out, eos, 4) == [True, False, False]
+    assert hit_max_new_tokens(out, eos, 5) == [False, False, False]  # never reached
     t5 = torch.tensor([[0, 5, 6, 7, 8], [0, 5, 1, 0, 0]])  # T5: start = pad, eos = 1
-    assert gen._hit_max_new_tokens(t5, {1}, 4) == [True, False]
+    assert hit_max_new_tokens(t5, {1}, 4) == [True, False]
 
 
 def test_cut_flags_with_eos_as_decoder_start(tiny_t5, squad_open, tmp_path):
