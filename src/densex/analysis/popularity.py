@@ -10,6 +10,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from densex.qa.popularity import (
+    BM25_B,
+    BM25_K1,
     EQ_ID_PREFIX,
     PopularityResult,
     bm25_popularity,
@@ -38,6 +40,8 @@ def run_popularity(
     base: float = 10.0,
     id_prefix: str = EQ_ID_PREFIX,
     on_short: str = "warn",
+    bm25_k1: float = BM25_K1,
+    bm25_b: float = BM25_B,
 ) -> PopularityResult:
     """Figure 3 end to end: popularity per question, recall@k per bucket, CSVs, PNG, manifest.
 
@@ -62,7 +66,11 @@ def run_popularity(
             )
     questions = [q for q in questions if q["entity"] is not None]
     popularity = bm25_popularity(
-        [q["entity"] for q in questions], load_passage_texts(passages_path), bm25_k
+        [q["entity"] for q in questions],
+        load_passage_texts(passages_path),
+        bm25_k,
+        k1=bm25_k1,
+        b=bm25_b,
     )
     result = popularity_recall(questions, popularity, hits, ks, scheme, n_buckets, base)
 
@@ -92,6 +100,8 @@ def run_popularity(
         id_prefix=id_prefix,
         ks=list(ks),
         bm25_k=bm25_k,
+        bm25_k1=bm25_k1,
+        bm25_b=bm25_b,
         scheme=scheme,
         edges=result.edges,
     )
