@@ -1,17 +1,6 @@
-"""Propositionize a passages file with a seq2seq checkpoint or an LLM teacher.
-
-`generate_propositions` is what `index.py granularity=proposition propositionizer=model`
-calls. The model path runs Lightning `Trainer.predict`: each predict batch is one *shard* of
-passages, generated greedily in length-sorted micro-batches and written
-atomically by a `BasePredictionWriter`, so an interrupted run resumes at the first missing
-shard and several devices (ddp / ddp_spawn) split the shards between them. Shards keep the
-raw text; parsing and fallbacks (`parse.py`) happen when the shards are merged into the
-standard propositions file `{"id", "propositions"}` + `manifest.json` beside it.
-
-The propositionizer's own `dtype` (auto = bfloat16 on a bf16 GPU, else float32) is the one the
-weights are loaded and run in, whatever the trainer's `precision` says (the Trainer is built
-with `32-true`, so no autocast ever changes it); the effective dtype is in the shard key and
-the manifest. A hub id is fingerprinted by its resolved commit (see `model_fingerprint`).
+"""Propositionize a passages file with a seq2seq checkpoint (Lightning `Trainer.predict`
+over resumable shards) or an LLM teacher (`teacher.py`); both write through `output.py`.
+Shards, dtype and fingerprint rules: docs/architecture.md, "Design notes: generation".
 """
 
 from __future__ import annotations
@@ -39,6 +28,7 @@ from densex.propositionizer.parse import FALLBACK_MODES, ParseLimits
 from densex.propositionizer.teacher import generate_with_teacher
 from densex.utils.cache import content_key, hash_file
 from densex.utils.config import from_config
+from densex.utils.generation import generate_sorted
 from densex.utils.integrity import remove_orphans
 from densex.utils.io import DataError, read_jsonl, write_jsonl
 from densex.utils.logging import get_logger
@@ -113,60 +103,23 @@ class PropositionGenerator(pl.LightningModule):
         rank, world = self.trainer.global_rank, self.trainer.world_size
         return DataLoader(self.shards[rank::world], batch_size=1, shuffle=False, collate_fn=_only)
 
-    @torch.inference_mode()
     def generate(self, sources: Sequence[str]) -> tuple[list[str], list[bool]]:
         """Generate for `sources` in length-sorted batches; return texts and, per text, whether
         it hit `max_new_tokens` without an end-of-sequence token (likely cut off)."""
         if self.model is None:
             self.setup()
-        lengths = [len(ids) for ids in self.tokenizer(list(sources), truncation=True)["input_ids"]]
-        order = sorted(range(len(sources)), key=lambda i: -lengths[i])
-        texts: list[str] = [""] * len(sources)
-        cut: list[bool] = [False] * len(sources)
-        eos = _eos_ids(self.model, self.tokenizer)
-        for b in range(0, len(order), self.batch_size):
-            idx = order[b : b + self.batch_size]
-            enc = self.tokenizer(
-                [sources[i] for i in idx], return_tensors="pt", padding=True, truncation=True
-            ).to(self.model.device)
-            out = self.model.generate(
-                **enc, max_new_tokens=self.max_new_tokens, num_beams=self.num_beams, do_sample=False
-            )
-            decoded = self.tokenizer.batch_decode(out, skip_special_tokens=True)
-            hit = _hit_max_new_tokens(out, eos, self.max_new_tokens)
-            for row, i in enumerate(idx):
-                texts[i] = decoded[row]
-                cut[i] = hit[row]
-        return texts, cut
+        return generate_sorted(
+            self.model,
+            self.tokenizer,
+            sources,
+            self.batch_size,
+            self.max_new_tokens,
+            self.num_beams,
+        )
 
     def predict_step(self, batch: Mapping[str, Any], batch_idx: int) -> dict[str, Any]:
         texts, cut = self.generate(batch["sources"])
         return {"shard": batch["shard"], "ids": batch["ids"], "raw": texts, "cut": cut}
-
-
-def _eos_ids(model: Any, tokenizer: Any) -> set[int]:
-    """Every token id that ends a generation: the generation config's (an int or a list) and
-    the tokenizer's."""
-    ids: set[int] = set()
-    for value in (getattr(model.generation_config, "eos_token_id", None), tokenizer.eos_token_id):
-        if isinstance(value, int):
-            ids.add(value)
-        elif value is not None:
-            ids.update(int(v) for v in value)
-    return ids
-
-
-def _hit_max_new_tokens(out: torch.Tensor, eos: set[int], max_new_tokens: int) -> list[bool]:
-    """Per row of a seq2seq `generate` output: were `max_new_tokens` tokens generated with no
-    end-of-sequence among them (a likely cut-off)? Column 0 is the decoder start token, which is
-    not generated and may be anything (T5: pad; BART: eos), so it is left out; a row that ended
-    early has an eos (and then padding), a row without one ran to the full generated width."""
-    generated = out[:, 1:]
-    ended = torch.zeros(generated.shape[0], dtype=torch.bool, device=generated.device)
-    for token in eos:
-        ended |= (generated == token).any(dim=1)
-    full = generated.shape[1] >= max_new_tokens
-    return [bool(full and not e) for e in ended.tolist()]
 
 
 def _only(batch: list[Any]) -> Any:

@@ -1,17 +1,7 @@
-"""Distillation data from an LLM teacher behind any OpenAI-compatible chat API.
-
-The paper prompts GPT-4 with its Figure 8 prompt (`conf/prompts/figure8.txt`) one passage at
-a time; the same code serves OpenAI, a vLLM/TGI server (Mixtral, Yi, Qwen) or Anthropic's
-OpenAI-compatible endpoint, chosen by `base_url` + `model`. Every good reply is cached on disk
-under sha256(endpoint, model, prompt-template hash, temperature + max_tokens, passage source),
-so a rerun or a resumed run costs nothing. The endpoint is `cache_namespace` when set, else the
-redacted `base_url` (scheme, host, port, path: two TGI servers both called with `model="tgi"`
-never share replies). A bad reply (no choices, empty content, a finish reason other than
-`ok_finish_reasons`, e.g. `content_filter`) is retried like a 5xx and never cached; if every
-attempt is bad the passage falls back (counted in the manifest) and the next run asks again.
-The retry policy (exponential back-off with jitter on 429/5xx/timeouts/bad replies) is ours,
-not the client's, so it is explicit and testable. The API key is read from the environment
-variable named by `api_key_env` and is never logged, cached or written to the manifest.
+"""Distillation data from an LLM teacher behind any OpenAI-compatible chat API (the paper's
+GPT-4 with its Figure 8 prompt): cached, retried replies written as the standard propositions
+file. Cache key, endpoint naming, retry policy and key handling: docs/architecture.md,
+"Design notes: the LLM teacher".
 """
 
 from __future__ import annotations

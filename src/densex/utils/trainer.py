@@ -24,14 +24,8 @@ PREDICT_OVERRIDES: dict[str, Any] = {
 
 
 class CloseSpawnedProcessGroup(pl.Callback):
-    """Destroy the gloo/NCCL process group when a spawned worker finishes (`ddp_spawn`).
-
-    Without it a worker can abort at interpreter exit ("terminate called without an active
-    exception", SIGABRT) while gloo threads are still alive, and `Trainer.fit`/`predict` then
-    fails in the main process although the work was done: seen in 3 of 6 bare Lightning 2.6 +
-    torch 2.13 CPU runs of a two-process fit, 0 of 6 with this callback. Only spawn-launched
-    workers are touched: under `strategy=ddp` the processes go on and still need the group.
-    """
+    """Destroy the process group when a spawned (`ddp_spawn`) worker finishes; `strategy=ddp`
+    processes keep theirs. Why: docs/architecture.md, "Design notes: spawned workers"."""
 
     def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         import torch.distributed as dist
