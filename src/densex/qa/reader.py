@@ -113,6 +113,7 @@ class Reader:
                 self.max_new_tokens,
                 lengths=lengths,
                 on_batch=progress.advance,
+                device=self.device,
             )
         answers = [text.strip() for text in texts]
         return answers

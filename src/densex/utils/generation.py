@@ -15,7 +15,8 @@ def eos_ids(model: Any, tokenizer: Any) -> set[int]:
     """Every token id that ends a generation: the generation config's (an int or a list) and
     the tokenizer's."""
     ids: set[int] = set()
-    for value in (getattr(model.generation_config, "eos_token_id", None), tokenizer.eos_token_id):
+    config = getattr(model, "generation_config", None)
+    for value in (getattr(config, "eos_token_id", None), tokenizer.eos_token_id):
         if isinstance(value, int):
             ids.add(value)
         elif value is not None:
@@ -46,13 +47,15 @@ def generate_sorted(
     num_beams: int = 1,
     lengths: Sequence[int] | None = None,
     on_batch: Callable[[int], None] | None = None,
+    device: Any = None,
 ) -> tuple[list[str], list[bool]]:
     """Decode every source (greedy, or beam search with `num_beams` > 1), longest first in
     batches of `batch_size`, inputs truncated at `tokenizer.model_max_length`.
 
     Returns the texts in input order and, per text, whether it hit `max_new_tokens` without an
     end-of-sequence token. `lengths` (token counts) sets the order when the caller has them;
-    `on_batch(n)` is called after each batch of n sources (progress).
+    `on_batch(n)` is called after each batch of n sources (progress); inputs go to `device`
+    (default: the model's).
     """
     if lengths is None:
         lengths = [len(ids) for ids in tokenizer(list(sources), truncation=True)["input_ids"]]
@@ -64,7 +67,7 @@ def generate_sorted(
         idx = order[b : b + batch_size]
         enc = tokenizer(
             [sources[i] for i in idx], return_tensors="pt", padding=True, truncation=True
-        ).to(model.device)
+        ).to(model.device if device is None else device)
         out = model.generate(
             **enc, max_new_tokens=max_new_tokens, num_beams=num_beams, do_sample=False
         )
