@@ -22,6 +22,7 @@ test-slow: setup
 lint: setup
 	$(PY) -m ruff check src tests benchmarks scripts *.py
 	$(PY) -m ruff format --check src tests benchmarks scripts *.py
+	PYTHONPATH=src .venv/bin/lint-imports --no-cache
 
 bench: setup
 	for f in benchmarks/*.py; do $(PY) $$f || exit 1; done

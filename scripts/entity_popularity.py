@@ -40,6 +40,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--retrieval", action="append", default=[], metavar="[NAME=]RETRIEVAL_JSON")
     p.add_argument("--k", type=int, nargs="+", default=[20], help="recall@k cut-offs")
     p.add_argument("--bm25-k", type=int, default=1000, help="passages counted per entity")
+    p.add_argument("--bm25-k1", type=float, default=1.5, help="BM25 k1 (bm25s default)")
+    p.add_argument("--bm25-b", type=float, default=0.75, help="BM25 b (bm25s default)")
     p.add_argument("--scheme", choices=["log", "quantile"], default="log")
     p.add_argument("--buckets", type=int, default=5, help="bucket count for --scheme quantile")
     p.add_argument("--base", type=float, default=10.0, help="bucket ratio for --scheme log")
@@ -60,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    from densex.qa.popularity import run_popularity
+    from densex.analysis.popularity import run_popularity
 
     retrievals = dict(_parse_retrieval(s) for s in args.retrieval)
     result = run_popularity(
@@ -75,6 +77,8 @@ def main(argv: list[str] | None = None) -> int:
         args.base,
         id_prefix=args.id_prefix,
         on_short=args.on_short,
+        bm25_k1=args.bm25_k1,
+        bm25_b=args.bm25_b,
     )
     table = Table(title=f"EntityQuestions recall by popularity ({len(result.questions)} questions)")
     for col in ["granularity", "label", "n", *[f"recall@{k}" for k in args.k]]:

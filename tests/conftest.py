@@ -11,8 +11,14 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("WANDB_MODE", "disabled")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
+import functools  # noqa: E402
+from collections.abc import Callable  # noqa: E402
+
 import pytest  # noqa: E402
 from hypothesis import settings  # noqa: E402
+from omegaconf import DictConfig  # noqa: E402
+
+from helpers.config import compose_config  # noqa: E402
 
 settings.register_profile("ci", max_examples=200, deadline=None)
 settings.register_profile("dev", max_examples=100, deadline=None)
@@ -21,6 +27,24 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA = Path(os.environ.get("DENSEX_DATA_DIR", REPO_ROOT.parent / "shared" / "data"))
 os.environ.setdefault("PROJECT_ROOT", str(REPO_ROOT))
+
+
+@pytest.fixture
+def cfg_train() -> Callable[..., DictConfig]:
+    """`cfg_train("model=tiny", ...)`: conf/train.yaml composed with those overrides."""
+    return functools.partial(compose_config, "train")
+
+
+@pytest.fixture
+def cfg_eval() -> Callable[..., DictConfig]:
+    """`cfg_eval("corpus=demo", ...)`: conf/evaluate.yaml composed with those overrides."""
+    return functools.partial(compose_config, "evaluate")
+
+
+@pytest.fixture
+def cfg_index() -> Callable[..., DictConfig]:
+    """`cfg_index("stage=units", ...)`: conf/index.yaml composed with those overrides."""
+    return functools.partial(compose_config, "index")
 
 
 @pytest.fixture(scope="session")

@@ -8,8 +8,8 @@ import json
 from pathlib import Path
 
 import pytest
-from hydra import compose, initialize_config_dir
-from hydra.core.global_hydra import GlobalHydra
+
+from helpers.config import compose_config
 
 ARTICLE = "1973_oil_crisis"
 
@@ -59,9 +59,7 @@ def article(squad_open: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[
 
 
 def _cfg(repo_root: Path, overrides: list[str]):
-    GlobalHydra.instance().clear()
-    with initialize_config_dir(version_base="1.3", config_dir=str(repo_root / "conf")):
-        return compose("evaluate", overrides=overrides)
+    return compose_config("evaluate", *overrides)
 
 
 def _squad_cell(a: dict[str, Path], out: Path, *extra: str) -> list[str]:

@@ -15,12 +15,11 @@ from pathlib import Path
 
 import pytest
 import spacy
-from hydra import compose, initialize_config_dir
-from hydra.core.global_hydra import GlobalHydra
 
 from densex.corpus.segment import chunk_sentences, count_words
 from densex.metrics.answers import has_answer
 from densex.utils.io import read_jsonl
+from helpers.config import compose_config
 
 MAX_WORDS, MIN_TAIL_WORDS = 100, 50
 PASSAGE_ID = re.compile(r"^(?P<title>[^#]+)#(?P<para>\d+)-(?P<chunk>\d+)$")
@@ -171,9 +170,7 @@ def test_demo_configs_load_through_the_pipeline(repo_root, tmp_path, passages, q
     from densex.corpus.units import build_units
     from densex.data.questions import load_dataset_questions
 
-    GlobalHydra.instance().clear()
-    with initialize_config_dir(version_base="1.3", config_dir=str(repo_root / "conf")):
-        cfg = compose(config_name="evaluate", overrides=["corpus=demo", "dataset=demo"])
+    cfg = compose_config("evaluate", "corpus=demo", "dataset=demo")
     assert cfg.corpus.name == cfg.dataset.name == "demo"
     assert cfg.corpus.documents is None
     assert Path(cfg.corpus.passages).resolve() == (repo_root / "data/demo/passages.jsonl")

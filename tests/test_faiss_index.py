@@ -19,6 +19,8 @@ from densex.retrieval.faiss_index import (
     shard_bounds,
 )
 from densex.utils.io import DataError
+from helpers.config import compose_config
+from helpers.run_if import RunIf
 
 faiss.omp_set_num_threads(1)
 
@@ -29,19 +31,16 @@ def _vectors(n: int, d: int, seed: int = 0, normalise: bool = True) -> np.ndarra
 
 
 def test_index_configs_compose(repo_root: Path) -> None:
-    from hydra import compose, initialize_config_dir
-
-    with initialize_config_dir(str(repo_root / "conf"), version_base="1.3"):
-        for name, factory in [
-            ("flat", "Flat"),
-            ("hnsw", "HNSW32"),
-            ("ivf", "IVF{nlist},Flat"),
-            ("ivfpq", "IVF{nlist},PQ64"),
-        ]:
-            cfg = compose(overrides=[f"+index={name}"])  # the group alone: no other groups needed
-            spec = IndexSpec.from_cfg(cfg.index)
-            assert (spec.name, spec.factory) == (name, factory)
-            assert spec.exact == (name == "flat")
+    for name, factory in [
+        ("flat", "Flat"),
+        ("hnsw", "HNSW32"),
+        ("ivf", "IVF{nlist},Flat"),
+        ("ivfpq", "IVF{nlist},PQ64"),
+    ]:
+        cfg = compose_config(None, f"+index={name}")  # the group alone: no other groups needed
+        spec = IndexSpec.from_cfg(cfg.index)
+        assert (spec.name, spec.factory) == (name, factory)
+        assert spec.exact == (name == "flat")
     flat = IndexSpec.from_cfg(OmegaConf.load(repo_root / "conf/index/flat.yaml"))
     assert flat.num_shards == 1 and flat.use_gpu == "auto"
     with pytest.raises(ValueError, match="unknown config keys"):
@@ -217,3 +216,15 @@ def test_memory_mapped_search_over_4_shards_equals_one_index(factory: str, tmp_p
     again = ShardedIndex.load(tmp_path / "idx", IndexSpec.from_cfg({**spec, "memory_budget_gb": 1}))
     assert not again.lazy  # under the budget the same files are held in RAM
     np.testing.assert_array_equal(again.search(q, 10)[1], single.search(q, 10)[1])
+
+
+@RunIf(faiss_gpu=True)
+def test_gpu_search_matches_cpu_search() -> None:
+    """On a GPU faiss build, `use_gpu: auto` moves the index to the GPU with the same results."""
+    x = _vectors(500, 16)
+    cpu = build_index(x, {"name": "flat", "use_gpu": False})
+    gpu = build_index(x, {"name": "flat", "use_gpu": True}).to_gpu()
+    assert all(type(s).__name__.startswith("GpuIndex") for s in gpu.shards)
+    (cs, ci), (gs, gi) = cpu.search(x[:20], 10), gpu.search(x[:20], 10)
+    assert (ci[:, 0] == np.arange(20)).all() and (gi[:, 0] == np.arange(20)).all()
+    assert np.allclose(cs, gs, atol=1e-3)

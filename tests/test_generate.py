@@ -9,14 +9,15 @@ from pathlib import Path
 
 import pytest
 import torch
-from hydra import compose, initialize_config_dir
-from hydra.core.global_hydra import GlobalHydra
 from omegaconf import OmegaConf
 
 from densex.propositionizer import generate as gen
 from densex.propositionizer.generate import generate_propositions, manifest_path, passage_source
 from densex.propositionizer.parse import SentenceSplitter
+from densex.utils.generation import hit_max_new_tokens
 from densex.utils.io import DataError
+from helpers.config import compose_config
+from helpers.run_if import RunIf
 
 TRAINER = {"accelerator": "cpu", "devices": 1, "enable_progress_bar": False}
 
@@ -234,14 +235,13 @@ def test_bad_passages_fail_with_file_line_field(tiny_t5, tmp_path):
 
 
 def test_propositionizer_configs_compose(repo_root, tiny_t5, tmp_path):
-    GlobalHydra.instance().clear()
-    with initialize_config_dir(version_base="1.3", config_dir=str(repo_root / "conf")):
-        large = compose(config_name="propositionizer/flan-t5-large").propositionizer
-        model = compose(
-            config_name="propositionizer/model",
-            overrides=[f"propositionizer.model={tiny_t5}", "propositionizer.max_new_tokens=8"],
-        ).propositionizer
-        teacher = compose(config_name="propositionizer/teacher").propositionizer
+    large = compose_config("propositionizer/flan-t5-large").propositionizer
+    model = compose_config(
+        "propositionizer/model",
+        f"propositionizer.model={tiny_t5}",
+        "propositionizer.max_new_tokens=8",
+    ).propositionizer
+    teacher = compose_config("propositionizer/teacher").propositionizer
     assert large.type == "model" and large.model == "chentong00/propositionizer-wiki-flan-t5-large"
     assert large.max_new_tokens == 512 and large.num_beams == 1 and large.fallback == "sentences"
     assert teacher.type == "teacher" and teacher.api_key_env == "OPENAI_API_KEY"
@@ -429,10 +429,10 @@ def test_hit_max_new_tokens_whatever_the_decoder_start_token():
             [2, 5, 6, 7, 2],  # eos exactly at the limit: not cut
         ]
     )
-    assert gen._hit_max_new_tokens(out, eos, 4) == [True, False, False]
-    assert gen._hit_max_new_tokens(out, eos, 5) == [False, False, False]  # never reached
+    assert hit_max_new_tokens(out, eos, 4) == [True, False, False]
+    assert hit_max_new_tokens(out, eos, 5) == [False, False, False]  # never reached
     t5 = torch.tensor([[0, 5, 6, 7, 8], [0, 5, 1, 0, 0]])  # T5: start = pad, eos = 1
-    assert gen._hit_max_new_tokens(t5, {1}, 4) == [True, False]
+    assert hit_max_new_tokens(t5, {1}, 4) == [True, False]
 
 
 def test_cut_flags_with_eos_as_decoder_start(tiny_t5, squad_open, tmp_path):
@@ -458,3 +458,14 @@ def test_cut_flags_with_eos_as_decoder_start(tiny_t5, squad_open, tmp_path):
         expected.append(len(one) == 6 and tok.eos_token_id not in one.tolist())
     assert any(expected)  # the random model runs into the limit for some passages
     assert cut == expected
+
+
+@RunIf(min_gpus=1, bf16=True)
+def test_auto_dtype_is_bfloat16_on_a_bf16_gpu(tiny_t5, squad_open, tmp_path):
+    """The GPU path `dtype: auto` takes: the weights load in bfloat16, recorded as such."""
+    passages_path, _ = _first_passages(squad_open, tmp_path, 3)
+    gpu = {**TRAINER, "accelerator": "gpu", "devices": 1}
+    out = generate_propositions(passages_path, _cfg(tiny_t5), tmp_path / "g" / "p.jsonl", gpu)
+    m = json.loads(manifest_path(out).read_text())
+    assert m["settings"]["dtype"] == "bfloat16" and m["settings"]["dtype_requested"] == "auto"
+    assert m["passages"] == 3 and m["shards"]["generated"] == 1

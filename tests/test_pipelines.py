@@ -19,13 +19,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 import regex
-from hydra import compose, initialize_config_dir
-from hydra.core.global_hydra import GlobalHydra
 
 from densex.corpus.columnar import PASSAGE_SCHEMA, write_shard
 from densex.corpus.units import unit_tables
 from densex.pipelines.evaluate import recall_at_each_k
 from densex.utils.io import DataError, read_json
+from helpers.config import compose_config
 
 ARTICLES = ("1973_oil_crisis", "Amazon_rainforest")
 ENV = {
@@ -274,7 +273,6 @@ def test_multirun_writes_table2(repo_root, small, minilm_path, tmp_path):
 def test_index_units_stage_prints_table1(repo_root, small, tmp_path, capsys):
     from densex.pipelines.index import run
 
-    GlobalHydra.instance().clear()
     overrides = [
         "corpus=squad-open",
         f"corpus.passages={small['P']}",
@@ -282,9 +280,7 @@ def test_index_units_stage_prints_table1(repo_root, small, tmp_path, capsys):
         "stage=units",
         f"paths.cache_dir={tmp_path}",
     ]
-    with initialize_config_dir(version_base="1.3", config_dir=str(repo_root / "conf")):
-        cfg = compose("index", overrides=overrides)
-    run(cfg)
+    run(compose_config("index", *overrides))
     (units_dir,) = {p.parent for p in tmp_path.glob("units/squad-open/*/passage.jsonl")}
     counts = {
         g: len((units_dir / f"{g}.jsonl").read_text().splitlines())
@@ -325,9 +321,7 @@ def test_recall_at_each_k_is_cumulative():
 
 @pytest.mark.parametrize("experiment", ["demo", "squad-open", "table2", "table3"])
 def test_experiment_configs_compose(repo_root, experiment):
-    GlobalHydra.instance().clear()
-    with initialize_config_dir(version_base="1.3", config_dir=str(repo_root / "conf")):
-        cfg = compose("evaluate", overrides=[f"experiment={experiment}"], return_hydra_config=True)
+    cfg = compose_config("evaluate", f"experiment={experiment}", hydra=True)
     params = cfg.hydra.sweeper.params
     assert params.granularity == "passage,sentence,proposition"
     assert cfg.hydra.callbacks.aggregate._target_ == "densex.report.callback.AggregateResults"
@@ -391,7 +385,6 @@ def test_index_generates_propositions_with_a_model(repo_root, small, tiny_t5, tm
 
     passages = tmp_path / "p.jsonl"
     passages.write_text("".join(small["P"].read_text().splitlines(keepends=True)[:3]))
-    GlobalHydra.instance().clear()
     overrides = [
         "corpus=squad-open",
         f"corpus.passages={passages}",
@@ -405,8 +398,7 @@ def test_index_generates_propositions_with_a_model(repo_root, small, tiny_t5, tm
         f"paths.cache_dir={tmp_path / 'cache'}",
         f"paths.output_dir={tmp_path / 'run'}",
     ]
-    with initialize_config_dir(version_base="1.3", config_dir=str(repo_root / "conf")):
-        cfg = compose("index", overrides=overrides)
+    cfg = compose_config("index", *overrides)
     run(cfg)
     (props,) = (tmp_path / "cache" / "propositions").rglob("propositions.jsonl")
     rows = [json.loads(line) for line in props.read_text().splitlines()]
@@ -423,9 +415,7 @@ def test_index_generates_propositions_with_a_model(repo_root, small, tiny_t5, tm
 
 
 def _compose_evaluate(repo_root: Path, overrides: list[str]):
-    GlobalHydra.instance().clear()
-    with initialize_config_dir(version_base="1.3", config_dir=str(repo_root / "conf")):
-        return compose("evaluate", overrides=overrides)
+    return compose_config("evaluate", *overrides)
 
 
 def test_answer_recall_does_not_depend_on_topk(repo_root, small, minilm_path, tmp_path):
@@ -546,9 +536,7 @@ def test_wait_for_file(tmp_path):
 
 
 def _index_cfg(repo_root: Path, overrides: list[str]):
-    GlobalHydra.instance().clear()
-    with initialize_config_dir(version_base="1.3", config_dir=str(repo_root / "conf")):
-        return compose("index", overrides=overrides)
+    return compose_config("index", *overrides)
 
 
 def test_generated_propositions_follow_the_model_files(repo_root, small, tiny_t5, tmp_path):

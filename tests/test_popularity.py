@@ -10,6 +10,7 @@ import sys
 
 import pytest
 
+from densex.analysis.popularity import run_popularity
 from densex.qa.popularity import (
     TEMPLATES,
     bm25_popularity,
@@ -19,7 +20,6 @@ from densex.qa.popularity import (
     load_eq_questions,
     popularity_recall,
     retrieval_hits,
-    run_popularity,
 )
 from densex.utils.io import DataError
 

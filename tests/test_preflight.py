@@ -8,8 +8,6 @@ import subprocess
 import sys
 
 import pytest
-from hydra import compose, initialize_config_dir
-from hydra.core.global_hydra import GlobalHydra
 
 from densex.pipelines.preflight import (
     PreflightError,
@@ -17,12 +15,11 @@ from densex.pipelines.preflight import (
     grid_overrides,
     preflight,
 )
+from helpers.config import compose_config
 
 
 def _cfg(repo_root, name, *overrides, hydra=False):
-    GlobalHydra.instance().clear()
-    with initialize_config_dir(version_base="1.3", config_dir=str(repo_root / "conf")):
-        return compose(name, overrides=list(overrides), return_hydra_config=hydra)
+    return compose_config(name, *overrides, hydra=hydra)
 
 
 @pytest.fixture

@@ -13,15 +13,13 @@ import pandas as pd
 import pytest
 import pytorch_lightning as pl
 import torch
-from hydra import compose, initialize_config_dir
-from hydra.core.global_hydra import GlobalHydra
+from omegaconf import OmegaConf
 
 from densex.pipelines.train import (
     accumulation,
     batch_plan,
     best_checkpoint,
     build_loggers,
-    world_size,
 )
 from densex.propositionizer.data import (
     LengthGroupedSampler,
@@ -289,9 +287,12 @@ def test_datamodule_pads_dynamically_and_counts_truncation(squad_open, tiny_t5):
     for b in batches:
         n = b["attention_mask"].sum(1)
         assert b["input_ids"].shape[1] == int(n.max()) <= 384  # padded to the batch's longest
-        assert (
-            b["labels"].shape[1] <= 64 and (b["labels"] == -100).any() | (b["labels"] != -100).all()
-        )
+        # every target is longer than 64 tokens, so each is cut to exactly 64 labelled tokens;
+        # -100 (ignored) may only pad a row after its labelled prefix
+        labelled = b["labels"] != -100
+        assert b["labels"].shape[1] == 64 and (labelled.sum(1) == 64).all()
+        prefix = torch.arange(b["labels"].shape[1]) < labelled.sum(1, keepdim=True)
+        assert torch.equal(labelled, prefix)
         assert len(b["id"]) == len(b["target"]) == b["input_ids"].shape[0]
     # every labelled sequence ends with </s>, also the truncated ones
     eos = dm.tokenizer.eos_token_id
@@ -304,6 +305,26 @@ def test_parse_prediction():
     assert parse_prediction('["A is B.", "C is D."]') == ["A is B.", "C is D."]
     assert parse_prediction("<0x28><0x28>") is None
     assert parse_prediction('{"a": 1}') is None
+
+
+@pytest.mark.parametrize(("devices", "nodes", "world"), [(2, 1, 2), (2, 2, 4), (1, 3, 3)])
+def test_world_size_is_lightnings(repo_root, devices, nodes, world):
+    """train.run sizes the batch plan by `trainer.world_size`: Lightning's count, not ours."""
+    from hydra.utils import instantiate
+
+    trainer_cfg = OmegaConf.load(repo_root / "conf" / "trainer" / "default.yaml")
+    trainer = instantiate(
+        trainer_cfg,
+        accelerator="cpu",
+        devices=devices,
+        num_nodes=nodes,
+        strategy="ddp",
+        default_root_dir=None,
+        precision="32-true",
+        logger=False,
+        enable_checkpointing=False,
+    )
+    assert trainer.world_size == world
 
 
 def test_effective_batch_accumulation():
@@ -322,9 +343,6 @@ def test_effective_batch_accumulation():
             batch_plan(64, per_device, devices)
     with pytest.raises(ValueError, match="smaller than the number of devices"):
         batch_plan(2, 8, 4)
-    assert world_size({"devices": 2, "num_nodes": 2}) == 4
-    assert world_size({"devices": [0, 1]}) == 2
-    assert world_size({"devices": "auto", "accelerator": "cpu"}) == 1
 
 
 class _ScoreByEpoch(pl.LightningModule):
@@ -402,7 +420,7 @@ def test_best_checkpoint_score_under_ddp_spawn(tmp_path):
     assert score == pytest.approx(0.9) and ckpt["epoch"] == 1 and Path(path).name == "eepoch=1.ckpt"
 
 
-def test_wandb_logger_is_offline_without_login(repo_root, tmp_path, monkeypatch):
+def test_wandb_logger_is_offline_without_login(cfg_train, tmp_path, monkeypatch):
     from pytorch_lightning.loggers import WandbLogger
 
     from densex.report.wandb_log import wandb_logged_in
@@ -413,10 +431,8 @@ def test_wandb_logger_is_offline_without_login(repo_root, tmp_path, monkeypatch)
     monkeypatch.setenv("HOME", str(tmp_path))
     monkeypatch.setenv("WANDB_CONFIG_DIR", str(tmp_path / "wandb-config"))
     assert not wandb_logged_in()
-    GlobalHydra.instance().clear()
     overrides = ["logger=wandb", f"paths.output_dir={tmp_path}", "logger.wandb.log_model=true"]
-    with initialize_config_dir(version_base="1.3", config_dir=str(repo_root / "conf")):
-        cfg = compose(config_name="train", overrides=overrides)
+    cfg = cfg_train(*overrides)
     (logger,) = build_loggers(cfg)
     assert isinstance(logger, WandbLogger)
     assert logger._offline and not logger._log_model  # offline cannot upload checkpoints
@@ -482,17 +498,22 @@ def test_tiny_model_is_cached_by_texts_and_spec(tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize("model", ["flan-t5-large", "flan-t5-base", "flan-t5-small", "tiny"])
-def test_train_configs_compose(repo_root, model):
-    GlobalHydra.instance().clear()
-    with initialize_config_dir(version_base="1.3", config_dir=str(repo_root / "conf")):
-        cfg = compose(config_name="train", overrides=[f"model={model}"])
-    assert cfg.model.batch_size in (64, 8) and cfg.model.lr > 0
+def test_train_configs_compose(cfg_train, model):
+    cfg = cfg_train(f"model={model}")
+    assert cfg.model.batch_size in (64, 8) and cfg.model.optimizer.lr in (1e-4, 1e-3)
     assert cfg.model.metric.num_layers in (17, 6)
     assert cfg.data.per_device_batch_size == cfg.model.per_device_batch_size
     assert cfg.callbacks.model_checkpoint.monitor == "val/set_f1"
     if model != "tiny":
         assert cfg.model.name_or_path == f"google/{model}"
-        assert (cfg.model.lr, cfg.model.weight_decay, cfg.model.batch_size) == (1e-4, 1e-4, 64)
+        opt = cfg.model.optimizer
+        assert (opt._target_, opt.lr, opt.weight_decay, cfg.model.batch_size) == (
+            "torch.optim.AdamW",
+            1e-4,
+            1e-4,
+            64,
+        )
+        assert cfg.model.scheduler is None  # the paper's constant learning rate
 
 
 # ---- end to end ----------------------------------------------------------------------------------
@@ -579,12 +600,12 @@ def test_overfits_eight_pairs(repo_root, squad_open, minilm_path, tmp_path):
         f"model.metric.model_type={minilm_path}",
         f"trainer.max_epochs={epochs}",
         f"trainer.check_val_every_n_epoch={epochs}",
-        "model.lr=3e-3",
+        "model.optimizer.lr=3e-3",
         "model.batch_size=4",  # 2 steps per epoch: 400 updates
         "model.per_device_batch_size=4",
         "model.dropout=0",
-        "model.scheduler=linear",
-        "model.warmup_ratio=0.05",
+        "+model/scheduler=linear",
+        "model.scheduler.warmup_ratio=0.05",
         "model.tiny.d_model=128",
         "model.tiny.d_ff=256",
     )
@@ -593,3 +614,21 @@ def test_overfits_eight_pairs(repo_root, squad_open, minilm_path, tmp_path):
     assert val["val/n_passages"] == 8 and val["val/parse_rate"] == 1.0
     assert val["val/set_f1"] > 0.9
     assert summary["best_val_set_f1"] == pytest.approx(val["val/set_f1"], abs=1e-6)
+
+
+@pytest.mark.slow  # a train.py subprocess: ~25 s of CPU
+def test_debug_fast_dev_run_takes_one_step(repo_root, squad_open, minilm_path, tmp_path):
+    """`debug=fast_dev_run` (conf/debug): one training and one validation batch, then export."""
+    summary = train(
+        repo_root,
+        tmp_path / "run",
+        "debug=fast_dev_run",
+        f"paths.data_dir={squad_open.parent}",
+        f"model.metric.model_type={minilm_path}",
+        "data.limit_train=16",
+        "data.limit_val=8",
+        "model.max_new_tokens=8",
+    )
+    assert summary["global_step"] == 1 and summary["epochs"] == 1
+    assert not (tmp_path / "run" / "checkpoints").exists()  # fast_dev_run writes none
+    assert (tmp_path / "run" / "hf_model" / "config.json").exists()

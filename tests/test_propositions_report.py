@@ -11,14 +11,13 @@ from pathlib import Path
 
 import pytest
 import torch
-from hydra import compose, initialize_config_dir
-from hydra.core.global_hydra import GlobalHydra
 
 from densex.metrics.propositions import content_words, coverage, unsupported, word_stats
 from densex.propositionizer.data import PropositionDataModule
 from densex.propositionizer.generate import write_propositions
 from densex.propositionizer.quality import parse_outcomes, split_passage_ids
 from densex.utils.io import DataError
+from helpers.config import compose_config
 
 VAL_ARTICLE, TRAIN_ARTICLE = "1973_oil_crisis", "Amazon_rainforest"  # val / train at 0.1
 
@@ -133,25 +132,21 @@ def two_articles(squad_open: Path, tmp_path_factory: pytest.TempPathFactory) -> 
 
 
 def _report_cfg(repo_root: Path, files: dict[str, Path], out: Path, *extra: str):
-    GlobalHydra.instance().clear()
-    with initialize_config_dir(version_base="1.3", config_dir=str(repo_root / "conf")):
-        return compose(
-            "evaluate",
-            overrides=[
-                "task=propositions",
-                "corpus=squad-open",
-                f"corpus.passages={files['P']}",
-                f"corpus.propositions={files['Q']}",
-                "corpus.segmentation.spacy_model=",
-                "task.scorer.model_type=packaged:minilm",
-                "task.scorer.num_layers=6",
-                "task.scorer.lang=null",
-                "logger=wandb",
-                f"paths.cache_dir={files['cache']}",
-                f"paths.output_dir={out}",
-                *extra,
-            ],
-        )
+    return compose_config(
+        "evaluate",
+        "task=propositions",
+        "corpus=squad-open",
+        f"corpus.passages={files['P']}",
+        f"corpus.propositions={files['Q']}",
+        "corpus.segmentation.spacy_model=",
+        "task.scorer.model_type=packaged:minilm",
+        "task.scorer.num_layers=6",
+        "task.scorer.lang=null",
+        "logger=wandb",
+        f"paths.cache_dir={files['cache']}",
+        f"paths.output_dir={out}",
+        *extra,
+    )
 
 
 def _read_csv(path: Path) -> list[dict[str, str]]:

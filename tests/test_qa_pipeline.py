@@ -9,7 +9,11 @@ import os
 import subprocess
 import sys
 
+import pytest
+
+from densex.metrics.answers import exact_match
 from densex.utils.io import read_json
+from helpers.config import compose_config
 
 ENV = {
     **os.environ,
@@ -44,11 +48,13 @@ def test_budget_sweep_with_reader_writes_em_and_table3(repo_root, minilm_path, t
     rows = [json.loads((sweep / str(i) / "results.jsonl").read_text()) for i in range(2)]
     assert [r["budget"] for r in rows] == [100, 500]
     for row in rows:
-        em = row[f"em@{row['budget']}"]
-        assert 0.0 <= em <= 100.0
         assert row["reader"] == "tiny" and row["n_questions"] == 24
         preds = (sweep / str(rows.index(row)) / "reader_predictions.jsonl").read_text()
-        assert len(preds.splitlines()) == 24
+        preds = [json.loads(line) for line in preds.splitlines()]
+        assert len(preds) == 24
+        # EM@l: SQuAD EM of the written predictions against their gold answers, in percent
+        em = [exact_match(p["prediction"], p["answers"]) for p in preds]
+        assert row[f"em@{row['budget']}"] == pytest.approx(100.0 * sum(em) / 24, abs=1e-4)
         # the answer-recall curve of the cell: words 0..500, percent, non-decreasing
         with open(sweep / str(rows.index(row)) / "answer_recall_by_words.csv") as f:
             curve = [(int(r["words"]), float(r["recall"])) for r in csv.DictReader(f)]
@@ -68,27 +74,21 @@ def test_budget_sweep_with_reader_writes_em_and_table3(repo_root, minilm_path, t
 def test_curated_regex_cell_counts_patterns_that_never_match(repo_root, shared_data, tmp_path):
     """CuratedTREC's answers are regexes; three of them break under DPR's NFD normalisation and
     never match (as in DPR). The cell keeps those questions and says how many there are."""
-    from hydra import compose, initialize_config_dir
-    from hydra.core.global_hydra import GlobalHydra
 
     from densex.pipelines.evaluate import run
 
-    GlobalHydra.instance().clear()
-    with initialize_config_dir(version_base="1.3", config_dir=str(repo_root / "conf")):
-        cfg = compose(
-            "evaluate",
-            overrides=[
-                "corpus=demo",
-                "dataset=curated",
-                f"dataset.path={shared_data}/qa/curated/curated-test.dpr.jsonl",
-                "retriever=bm25",
-                "granularity=passage",
-                "limit_questions=200",  # lines 1-200 hold one such pattern (line 159)
-                "topk=[1,5]",
-                f"paths.cache_dir={tmp_path / 'cache'}",
-                f"paths.output_dir={tmp_path / 'run'}",
-            ],
-        )
+    cfg = compose_config(
+        "evaluate",
+        "corpus=demo",
+        "dataset=curated",
+        f"dataset.path={shared_data}/qa/curated/curated-test.dpr.jsonl",
+        "retriever=bm25",
+        "granularity=passage",
+        "limit_questions=200",  # lines 1-200 hold one such pattern (line 159)
+        "topk=[1,5]",
+        f"paths.cache_dir={tmp_path / 'cache'}",
+        f"paths.output_dir={tmp_path / 'run'}",
+    )
     run(cfg)
     row = json.loads((tmp_path / "run" / "results.jsonl").read_text())
     assert row["n_questions"] == 200

@@ -11,14 +11,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from hydra import compose, initialize_config_dir
-from hydra.core.global_hydra import GlobalHydra
 
 from densex.corpus.readers import Skips, read_passages
 from densex.corpus.units import build_units
 from densex.propositionizer.parse import ParseStats, parse_propositions, resolve_output
 from densex.utils import integrity
 from densex.utils.io import DataError, numbered_jsonl, read_json
+from helpers.config import compose_config
 
 DEMO = Path(__file__).resolve().parents[1] / "data" / "demo"
 
@@ -162,7 +161,6 @@ def test_shard_size_follows_the_corpus_and_the_config():
 def test_shard_size_is_a_config_value(repo_root, tmp_path):
     from densex.pipelines.index import run
 
-    GlobalHydra.instance().clear()
     overrides = [
         "corpus=demo",
         "granularity=passage",
@@ -173,8 +171,7 @@ def test_shard_size_is_a_config_value(repo_root, tmp_path):
         f"paths.cache_dir={tmp_path / 'cache'}",
         f"paths.output_dir={tmp_path / 'run'}",
     ]
-    with initialize_config_dir(version_base="1.3", config_dir=str(repo_root / "conf")):
-        cfg = compose("index", overrides=overrides)
+    cfg = compose_config("index", *overrides)
     run(cfg)
     (man,) = (tmp_path / "cache" / "embeddings").rglob("manifest.json")
     manifest = read_json(man)
@@ -283,9 +280,7 @@ def test_no_unsafe_torch_load():
 
 # ---- 1. resume points -------------------------------------------------------------------------
 def _train_cfg(repo_root: Path, run_dir: Path, *overrides: str):
-    GlobalHydra.instance().clear()
-    with initialize_config_dir(version_base="1.3", config_dir=str(repo_root / "conf")):
-        return compose("train", overrides=[f"paths.output_dir={run_dir}", "model=tiny", *overrides])
+    return compose_config("train", f"paths.output_dir={run_dir}", "model=tiny", *overrides)
 
 
 def test_ckpt_path_last_finds_the_newest_or_says_there_is_none(repo_root, tmp_path):

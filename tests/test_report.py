@@ -227,9 +227,14 @@ def test_table2_rejects_duplicates_that_differ_in_unshown_settings(tmp_path):
 
 
 def test_shared_naming_covers_both_tables():
-    from densex.report import naming, table2, table3
+    from densex.report import naming, pivot, table2, table3
 
-    assert table2.RETRIEVER_ORDER is naming.RETRIEVER_ORDER is table3.RETRIEVER_ORDER
+    # one pivot (cell keys, axes in paper order) behind both tables
+    assert table2.pivot_axes is pivot.pivot_axes is table3.pivot_axes
+    assert table2.cell_key is pivot.cell_key is table3.cell_key
+    axes = pivot.pivot_axes([("c", "gtr", "proposition", "nq"), ("c", "dpr", "passage", "x")], 1)
+    assert (axes.retrievers, axes.granularities) == (["dpr", "gtr"], ["passage", "proposition"])
+    assert axes.datasets == ["nq", "x"] and axes.varying == [] and axes.conds == [("c",)]
     assert {"bm25", "minilm"} <= set(naming.RETRIEVER_ORDER)
     assert naming.display_name("tasb") == "TAS-B" and naming.display_name("demo") == "Demo"
     assert naming.ordered(["x", "gtr", "y", "dpr", "x"], naming.RETRIEVER_ORDER) == [
@@ -286,7 +291,7 @@ def test_wandb_gets_the_answer_recall_curve_figure_and_table3(tmp_path, monkeypa
     for i in range(2):
         write_curve(tmp_path / str(i) / "answer_recall_by_words.csv", [0.0, 10.0, 50.0])
     sweep_run = _RecordingRun()
-    monkeypatch.setattr(wandb_log, "init_run", lambda *a, **k: sweep_run)
+    monkeypatch.setattr(callback, "init_run", lambda *a, **k: sweep_run)
     callback.aggregate_sweep(tmp_path, OmegaConf.create({"logger": {"wandb": {}}}))
     assert isinstance(sweep_run.logged["answer_recall_by_words"], wandb.Image)
     table3 = sweep_run.logged["table3"]

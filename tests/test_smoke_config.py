@@ -3,15 +3,13 @@
 from __future__ import annotations
 
 import pytest
-from hydra import compose, initialize_config_dir
-from hydra.core.global_hydra import GlobalHydra
+
+from helpers.config import compose_config
 
 
 @pytest.mark.parametrize("name", ["index", "evaluate", "train"])
 def test_entry_configs_compose(repo_root, name):
-    GlobalHydra.instance().clear()
-    with initialize_config_dir(version_base="1.3", config_dir=str(repo_root / "conf")):
-        cfg = compose(config_name=name, return_hydra_config=True)
+    cfg = compose_config(name, hydra=True)
     assert cfg.task_name == name
     assert cfg.paths.cache_dir
 
@@ -22,12 +20,6 @@ def test_entry_configs_compose(repo_root, name):
 )
 def test_cluster_launchers_compose(repo_root, launcher, key, value):
     """Sweeps go to SLURM (submitit) or local processes (joblib) by one override."""
-    GlobalHydra.instance().clear()
-    with initialize_config_dir(version_base="1.3", config_dir=str(repo_root / "conf")):
-        cfg = compose(
-            config_name="evaluate",
-            overrides=[f"hydra/launcher={launcher}"],
-            return_hydra_config=True,
-        )
+    cfg = compose_config("evaluate", f"hydra/launcher={launcher}", hydra=True)
     assert cfg.hydra.launcher[key] == value
     assert "Launcher" in cfg.hydra.launcher._target_

@@ -10,6 +10,7 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from itertools import islice
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -173,8 +174,12 @@ def _all_text(*dirs: Path) -> str:
     )
 
 
-def test_teacher_end_to_end(data, env, tmp_path, repo_root, caplog, capsys):
-    caplog.set_level(logging.DEBUG)
+@pytest.fixture
+def first_run(data, env, tmp_path, repo_root, caplog):
+    """One teacher run over 6 passages: a malformed reply (fallback), a fenced one (repaired),
+    the very first request rate-limited. Yields what the tests below check; the fake server
+    stays up for reruns."""
+    caplog.set_level(logging.DEBUG)  # the secret must stay out of every log line, debug too
     path, passages, teacher, prompts = data
     replies = {p: json.dumps(t, ensure_ascii=False) for p, t in zip(prompts, teacher)}
     replies[prompts[2]] = "I'm sorry, but I can't split this passage."  # malformed -> fallback
@@ -184,76 +189,89 @@ def test_teacher_end_to_end(data, env, tmp_path, repo_root, caplog, capsys):
     try:
         cfg = _cfg(server, tmp_path / "cache", repo_root)
         out = generate_propositions(path, cfg, tmp_path / "out" / "propositions.jsonl")
-        first = list(server.requests)
-
-        # every request: the exact Figure 8 prompt as one user message, our settings, our key
-        assert len(first) == 7  # 6 passages + 1 retry after the 429
-        sent = [r["body"]["messages"] for r in first]
-        assert all(len(m) == 1 and m[0]["role"] == "user" for m in sent)
-        assert sorted(m[0]["content"] for m in sent[1:]) == sorted(prompts)
-        assert all(r["path"] == "/v1/chat/completions" for r in first)
-        assert all(r["auth"] == f"Bearer {SECRET}" for r in first)
-        body = first[-1]["body"]
-        assert (body["model"], body["temperature"], body["max_tokens"]) == (
-            "test-teacher-1",
-            0.0,
-            700,
+        yield SimpleNamespace(
+            server=server, cfg=cfg, out=out, replies=replies, first=list(server.requests)
         )
-        assert fill_prompt(Path(cfg["prompt"]).read_text()[:-1], passages[0]) == prompts[0]
-
-        rows = [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()]
-        assert [r["id"] for r in rows] == [p["id"] for p in passages]
-        assert [r["propositions"] for i, r in enumerate(rows) if i != 2] == [
-            t for i, t in enumerate(teacher) if i != 2
-        ]
-        assert rows[2]["propositions"] == SentenceSplitter("")(passages[2]["text"])
-
-        m = json.loads(manifest_path(out).read_text())
-        assert m["type"] == "teacher" and m["model"] == "test-teacher-1"
-        assert (m["passages"], m["parsed_strict"], m["repaired"], m["unparseable"]) == (6, 4, 1, 1)
-        assert m["fallbacks"] == {"sentences": 1} and m["repairs"] == {"fence": 1}
-        assert m["requests"] == {
-            "requests": 7,
-            "retries": 1,
-            "api_replies": 6,
-            "cache_hits": 0,
-            "bad_replies": 0,
-            "bad_final": 0,
-        }
-        assert m["bad_replies"] == {"final": 0, "reasons": {}}
-        assert m["skipped"] == {"total": 0, "by_field": {}, "examples": []}
-        assert m["cache_namespace"] == server.base_url
-        p_tok = sum(len(p.split()) for p in prompts)
-        c_tok = sum(len(replies[p].split()) for p in prompts)
-        assert m["tokens"] == {"prompt": p_tok, "completion": c_tok}
-        assert m["cost_usd"] == pytest.approx((2.5 * p_tok + 10.0 * c_tok) / 1e6, abs=1e-6)
-        assert m["api_key_env"] == KEY_ENV
-
-        # second run: every reply from the cache, zero requests, the same file, zero cost
-        before = out.read_bytes()
-        out.unlink()
-        generate_propositions(path, cfg, out)
-        assert len(server.requests) == 7
-        assert out.read_bytes() == before
-        m2 = json.loads(manifest_path(out).read_text())
-        assert m2["requests"] == {
-            "requests": 0,
-            "retries": 0,
-            "api_replies": 0,
-            "cache_hits": 6,
-            "bad_replies": 0,
-            "bad_final": 0,
-        }
-        assert m2["cost_usd"] == 0 and m2["tokens"] == {"prompt": 0, "completion": 0}
-        assert m2["tokens_including_cache"] == m["tokens"]
-
-        # another model is another cache key: it asks again
-        generate_propositions(path, {**cfg, "model": "test-teacher-2"}, tmp_path / "o2" / "p.jsonl")
-        assert len(server.requests) == 13
     finally:
         server.close()
 
-    # the key went over the wire (above) but is in no cache file, output, manifest or log
+
+def test_teacher_requests_carry_the_prompt_settings_and_key(data, first_run):
+    _, passages, _, prompts = data
+    first, cfg = first_run.first, first_run.cfg
+    # every request: the exact Figure 8 prompt as one user message, our settings, our key
+    assert len(first) == 7  # 6 passages + 1 retry after the 429
+    sent = [r["body"]["messages"] for r in first]
+    assert all(len(m) == 1 and m[0]["role"] == "user" for m in sent)
+    assert sorted(m[0]["content"] for m in sent[1:]) == sorted(prompts)
+    assert all(r["path"] == "/v1/chat/completions" for r in first)
+    assert all(r["auth"] == f"Bearer {SECRET}" for r in first)
+    body = first[-1]["body"]
+    assert (body["model"], body["temperature"], body["max_tokens"]) == ("test-teacher-1", 0.0, 700)
+    assert fill_prompt(Path(cfg["prompt"]).read_text()[:-1], passages[0]) == prompts[0]
+
+
+def test_teacher_output_and_manifest(data, first_run):
+    _, passages, teacher, prompts = data
+    out, replies, server = first_run.out, first_run.replies, first_run.server
+    rows = [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()]
+    assert [r["id"] for r in rows] == [p["id"] for p in passages]
+    assert [r["propositions"] for i, r in enumerate(rows) if i != 2] == [
+        t for i, t in enumerate(teacher) if i != 2
+    ]
+    assert rows[2]["propositions"] == SentenceSplitter("")(passages[2]["text"])
+
+    m = json.loads(manifest_path(out).read_text())
+    assert m["type"] == "teacher" and m["model"] == "test-teacher-1"
+    assert (m["passages"], m["parsed_strict"], m["repaired"], m["unparseable"]) == (6, 4, 1, 1)
+    assert m["fallbacks"] == {"sentences": 1} and m["repairs"] == {"fence": 1}
+    assert m["requests"] == {
+        "requests": 7,
+        "retries": 1,
+        "api_replies": 6,
+        "cache_hits": 0,
+        "bad_replies": 0,
+        "bad_final": 0,
+    }
+    assert m["bad_replies"] == {"final": 0, "reasons": {}}
+    assert m["skipped"] == {"total": 0, "by_field": {}, "examples": []}
+    assert m["cache_namespace"] == server.base_url
+    p_tok = sum(len(p.split()) for p in prompts)
+    c_tok = sum(len(replies[p].split()) for p in prompts)
+    assert m["tokens"] == {"prompt": p_tok, "completion": c_tok}
+    assert m["cost_usd"] == pytest.approx((2.5 * p_tok + 10.0 * c_tok) / 1e6, abs=1e-6)
+    assert m["api_key_env"] == KEY_ENV
+
+
+def test_teacher_rerun_is_cached_and_the_key_leaks_nowhere(
+    data, first_run, tmp_path, caplog, capsys
+):
+    path = data[0]
+    out, cfg, server = first_run.out, first_run.cfg, first_run.server
+    m = json.loads(manifest_path(out).read_text())
+    # second run: every reply from the cache, zero requests, the same file, zero cost
+    before = out.read_bytes()
+    out.unlink()
+    generate_propositions(path, cfg, out)
+    assert len(server.requests) == 7
+    assert out.read_bytes() == before
+    m2 = json.loads(manifest_path(out).read_text())
+    assert m2["requests"] == {
+        "requests": 0,
+        "retries": 0,
+        "api_replies": 0,
+        "cache_hits": 6,
+        "bad_replies": 0,
+        "bad_final": 0,
+    }
+    assert m2["cost_usd"] == 0 and m2["tokens"] == {"prompt": 0, "completion": 0}
+    assert m2["tokens_including_cache"] == m["tokens"]
+
+    # another model is another cache key: it asks again
+    generate_propositions(path, {**cfg, "model": "test-teacher-2"}, tmp_path / "o2" / "p.jsonl")
+    assert len(server.requests) == 13
+
+    # the key went over the wire but is in no cache file, output, manifest or log
     text = _all_text(tmp_path / "cache", tmp_path / "out", tmp_path / "o2")
     assert "test-teacher-1" in text and SECRET not in text
     assert SECRET not in caplog.text

@@ -18,6 +18,7 @@ from densex.corpus.units import (
     units_key,
 )
 from densex.utils.io import DataError
+from helpers.config import compose_config
 
 
 def _corpus_cfg(repo_root: Path, squad_open: Path, **overrides):
@@ -243,18 +244,13 @@ def test_hf_and_jsonl_document_corpora(tmp_path) -> None:
 
 
 def test_corpus_config_composes_with_command_line_overrides(repo_root, squad_open) -> None:
-    from hydra import compose, initialize_config_dir
-
-    with initialize_config_dir(config_dir=str(repo_root / "conf"), version_base="1.3"):
-        cfg = compose(
-            "index",
-            overrides=[
-                "corpus=squad-open",
-                "corpus.passages=null",
-                "corpus.propositions=/elsewhere/props.jsonl",
-                f"paths.data_dir={squad_open.parent}",
-            ],
-        )
+    cfg = compose_config(
+        "index",
+        "corpus=squad-open",
+        "corpus.passages=null",
+        "corpus.propositions=/elsewhere/props.jsonl",
+        f"paths.data_dir={squad_open.parent}",
+    )
     assert cfg.corpus.name == "squad-open" and cfg.corpus.passages is None
     assert cfg.corpus.propositions == "/elsewhere/props.jsonl"
     assert cfg.corpus.documents == str(squad_open / "squad-dev-v1.1.json")

@@ -11,6 +11,7 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
 from densex.analysis.significance import N_RESAMPLES
+from densex.analysis.sweep import analyze_sweep
 
 
 class AnalyzeSweep(Callback):
@@ -30,8 +31,6 @@ class AnalyzeSweep(Callback):
         self.popularity = popularity
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
-        from densex.analysis.sweep import analyze_sweep
-
         analyze_sweep(
             Path(str(config.hydra.sweep.dir)), self.ks, self.n_resamples, self.seed,
             self.alpha, self.popularity,

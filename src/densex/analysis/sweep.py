@@ -34,7 +34,15 @@ from densex.analysis.per_question import (
 )
 from densex.analysis.significance import N_RESAMPLES, paired_test, significance_mark
 from densex.report.naming import GRANULARITY_ORDER, display_name, ordered
-from densex.report.table2 import GAIN, find_results, load_results, mark_key, table2_rows
+from densex.report.table2 import (
+    GAIN,
+    find_results,
+    load_results,
+    mark_key,
+    table2_rows,
+    write_table2,
+)
+from densex.report.table3 import table3_rows, write_table3
 from densex.utils.io import atomic_open
 from densex.utils.logging import get_logger
 
@@ -339,8 +347,6 @@ def analyze_sweep(
     popularity: str | os.PathLike | None = None,
 ) -> dict[str, Any]:
     """Write the sweep's significance, win/loss and gold tables, and Table 2/3 with markers."""
-    from densex.report.table2 import write_table2
-    from densex.report.table3 import table3_rows, write_table3
 
     sweep_dir = Path(sweep_dir)
     paths = find_results(sweep_dir)

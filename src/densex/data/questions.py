@@ -35,6 +35,8 @@ from typing import Any
 import regex
 
 from densex.corpus.readers import Skips, load_hf, numbered_jsonl, why_not_text
+from densex.data.beir import load_beir_queries
+from densex.data.qrels import read_qrels
 from densex.metrics.answers import compile_answer_pattern
 from densex.utils.io import DataError, decode_line, read_json
 from densex.utils.logging import get_logger
@@ -391,9 +393,6 @@ def load_dataset_questions(
     `skips` (a `Skips` with the dataset's `on_error` policy) receives the skipped records, so
     the caller can count them in its results."""
     if dataset_cfg["format"] == "beir":
-        from densex.data.beir import load_beir_queries
-        from densex.data.qrels import read_qrels
-
         qrels = dataset_cfg.get("qrels") or {}
         keep = read_qrels(qrels["path"]) if qrels.get("format", "beir") != "squad" else None
         limit = limit if limit is not None else dataset_cfg.get("limit")

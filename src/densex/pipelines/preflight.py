@@ -30,8 +30,10 @@ from typing import Any
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
+from densex.pipelines.index import generates_propositions
 from densex.utils.io import DataError, check_fields
 from densex.utils.logging import get_logger, setup_logging
+from densex.utils.models import resolve_model
 
 log = get_logger(__name__)
 
@@ -234,6 +236,7 @@ def check_dataset(dataset: DictConfig, limit: Any = None) -> int:
         raise PreflightError(
             f"dataset.path={path}: file not found (dataset={dataset.get('name')}, format {fmt})"
         )
+    # lazy: data.questions pulls torch + spaCy (~4 s); preflight itself loads in 0.2 s
     from densex.data.questions import load_dataset_questions
 
     try:
@@ -299,7 +302,6 @@ def _cached(repo_id: str, repo_type: str = "model") -> bool:
 def check_model(name: Any, key: str, fixes: Sequence[str]) -> str:
     """Where model `name` (config key `key`) will load from: `local`, `HF cache`, `hub`,
     `packaged` or `built` (model=tiny); else a `PreflightError` naming `key` and `fixes`."""
-    from densex.utils.models import resolve_model
 
     fix = " or ".join(fixes)
     if name in (None, "", "???"):
@@ -365,7 +367,6 @@ def check_retrieval_models(cfg: DictConfig, entry: str) -> dict[str, str]:
         found["reader.model"] = check_model(
             reader.get("model"), "reader.model", ["reader.model=/local/dir", "reader=tiny"]
         )
-    from densex.pipelines.index import generates_propositions
 
     prop = cfg.get("propositionizer") or {}
     if str(prop.get("type", "file")) == "model" and generates_propositions(cfg):
@@ -443,7 +444,6 @@ def _weights_bytes(name: str) -> int:
     """Size of a model's weight files (local dir or HF cache); 1 MB for `tiny`."""
     if name == "tiny":
         return 1 << 20
-    from densex.utils.models import resolve_model
 
     try:
         path = Path(resolve_model(name))

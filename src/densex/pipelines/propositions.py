@@ -17,6 +17,30 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from densex.corpus.readers import read_passages
+from densex.metrics.propositions import STOPWORDS_NAME, stemmer
+from densex.metrics.set_f1 import SetF1Scorer
+from densex.pipelines.index import (
+    build_corpus_units,
+    generated_propositions,
+    generated_propositions_path,
+)
+from densex.propositionizer.quality import (
+    parse_outcomes,
+    read_generation_manifest,
+    split_passage_ids,
+)
+from densex.report.propositions import (
+    REFERENCE,
+    aggregate,
+    baseline_systems,
+    log_report,
+    quality_rows,
+    write_report,
+)
+from densex.report.wandb_log import init_run
+from densex.utils.cache import artifact_dir, content_key, hash_file
+from densex.utils.distributed import global_rank
 from densex.utils.io import DataError, numbered_jsonl, read_json, write_jsonl
 from densex.utils.logging import get_logger
 
@@ -75,7 +99,6 @@ def select_passages(
     passages: Sequence[dict[str, Any]], subset: str, val_fraction: float, limit: int | None
 ) -> list[dict[str, Any]]:
     """The passages of `subset` (all | validation | train, by article), first `limit` kept."""
-    from densex.propositionizer.quality import split_passage_ids
 
     if subset not in SUBSETS:
         raise ValueError(f"task.subset must be one of {SUBSETS}, got {subset!r}")
@@ -102,8 +125,6 @@ def generate_predictions(
 ) -> Path:
     """Propositions of the selected passages by the configured propositionizer, through the
     index pipeline's cache (`task.generate`: auto | subset | corpus, see conf/task)."""
-    from densex.pipelines.index import generated_propositions, generated_propositions_path
-    from densex.utils.cache import artifact_dir, content_key, hash_file
 
     mode = str(cfg.task.get("generate", "auto"))
     if mode not in GENERATE:
@@ -122,33 +143,14 @@ def generate_predictions(
 
 
 def _scorer(task: DictConfig) -> Any:
-    from densex.metrics.set_f1 import SetF1Scorer
 
     return SetF1Scorer(**OmegaConf.to_container(task.scorer, resolve=True))
 
 
-def run(cfg: DictConfig) -> float:
-    """Write the quality report into `cfg.paths.output_dir`; return the predictions' set-F1."""
-    from densex.corpus.readers import read_passages
-    from densex.pipelines.index import build_corpus_units, global_rank
-    from densex.propositionizer.quality import parse_outcomes, read_generation_manifest
-    from densex.report.propositions import (
-        REFERENCE,
-        aggregate,
-        baseline_systems,
-        quality_rows,
-        write_report,
-    )
-
-    task = cfg.task
-    out_dir = Path(cfg.paths.output_dir)
-    files = build_corpus_units(cfg, with_generated=False)
-    passages = read_passages(files.passages)
-    val_fraction, val_source = resolve_val_fraction(task, cfg.get("propositionizer"))
-    subset = str(task.get("subset", "validation"))
-    limit = task.get("limit_passages")
-    selected = select_passages(passages, subset, val_fraction, int(limit) if limit else None)
-
+def references_for(
+    task: DictConfig, selected: Sequence[dict[str, Any]]
+) -> tuple[str, dict[str, list[str]], list[dict[str, Any]], list[str]]:
+    """(path, references, the selected passages that have one, the ids of those without)."""
     ref_path = task.get("references")
     if not ref_path:
         raise ValueError("task.references (or corpus.propositions) must name a propositions file")
@@ -157,62 +159,90 @@ def run(cfg: DictConfig) -> float:
     if no_reference:
         log.warning(
             "%d selected passages have no reference in %s (left out), e.g. %r",
-            len(no_reference),
-            ref_path,
-            no_reference[0],
+            *(len(no_reference), ref_path, no_reference[0]),
         )
     evaluated = [p for p in selected if p["id"] in references]
     if not evaluated:
         raise DataError(ref_path, None, "id", f"no reference for any of {len(selected)} passages")
-    ids = [p["id"] for p in evaluated]
+    return str(ref_path), references, evaluated, no_reference
+
+
+def predictions_for(
+    cfg: DictConfig, passages_path: Path, evaluated: Sequence[dict[str, Any]]
+) -> tuple[str, dict[str, list[str]], Any, dict[str, Any]] | None:
+    """(label, predictions, per-passage parse outcomes, summary entry) of `task.predictions`
+    or of the configured propositionizer's output; None on the ranks other than 0 after a
+    ddp generation (rank 0 reports)."""
+    task, ids = cfg.task, [p["id"] for p in evaluated]
+    pred_path = task.get("predictions")
+    if not pred_path:
+        pred_path = generate_predictions(cfg, passages_path, evaluated)
+        if global_rank() != 0:
+            return None
+    label = str(task.get("label") or ("predictions" if task.get("predictions") else "model"))
+    predictions = read_propositions_for(pred_path, ids)
+    missing = [i for i in ids if i not in predictions]
+    if missing:
+        raise DataError(
+            pred_path,
+            None,
+            "id",
+            f"no propositions for {len(missing)} of {len(ids)} evaluated passages, e.g. "
+            f"{missing[0]!r} (task.subset / task.limit_passages select fewer)",
+        )
+    parse = parse_outcomes(pred_path, predictions)
+    entry = {
+        "path": str(pred_path),
+        "label": label,
+        "per_passage_parse": parse is not None,
+        "generation_manifest": read_generation_manifest(pred_path),
+    }
+    return label, predictions, parse, entry
+
+
+def baselines_for(
+    task: DictConfig, sentences_path: Any, evaluated: Sequence[dict[str, Any]]
+) -> dict[str, dict[str, list[str]]]:
+    """The `task.baselines` systems (built from the passages and their sentence units)."""
+    baselines = [str(b) for b in (task.get("baselines") or [])]
+    if not baselines:
+        return {}
+    sentences = group_units(sentences_path, [p["id"] for p in evaluated])
+    base = baseline_systems(evaluated, sentences)
+    unknown = [b for b in baselines if b not in base]
+    if unknown:
+        raise ValueError(f"unknown baselines {unknown}; expected some of {list(base)}")
+    return {b: base[b] for b in baselines}
+
+
+def run(cfg: DictConfig) -> float:
+    """Write the quality report into `cfg.paths.output_dir`; return the predictions' set-F1."""
+    task = cfg.task
+    files = build_corpus_units(cfg, with_generated=False)
+    passages = read_passages(files.passages)
+    val_fraction, val_source = resolve_val_fraction(task, cfg.get("propositionizer"))
+    subset = str(task.get("subset", "validation"))
+    limit = task.get("limit_passages")
+    selected = select_passages(passages, subset, val_fraction, int(limit) if limit else None)
+    ref_path, references, evaluated, no_reference = references_for(task, selected)
 
     systems: dict[str, dict[str, list[str]]] = {}
     parse: dict[str, Any] = {}
     summary: dict[str, Any] = {}
     if bool(task.get("include_reference", True)):
         systems[REFERENCE] = references
-    ptype = str((cfg.get("propositionizer") or {}).get("type", "file"))
-    pred_path = task.get("predictions")
     label = None
-    if pred_path or ptype != "file":
-        if not pred_path:
-            pred_path = generate_predictions(cfg, Path(files.passages), evaluated)
-            if global_rank() != 0:  # ddp: rank 0 reports
-                return float("nan")
-        label = str(task.get("label") or ("predictions" if task.get("predictions") else "model"))
-        predictions = read_propositions_for(pred_path, ids)
-        missing = [i for i in ids if i not in predictions]
-        if missing:
-            raise DataError(
-                pred_path,
-                None,
-                "id",
-                f"no propositions for {len(missing)} of {len(ids)} evaluated passages, e.g. "
-                f"{missing[0]!r} (task.subset / task.limit_passages select fewer)",
-            )
-        systems[label] = predictions
-        parse[label] = parse_outcomes(pred_path, predictions)
-        manifest = read_generation_manifest(pred_path)
-        summary["predictions"] = {
-            "path": str(pred_path),
-            "label": label,
-            "per_passage_parse": parse[label] is not None,
-            "generation_manifest": manifest,
-        }
-    baselines = [str(b) for b in (task.get("baselines") or [])]
-    if baselines:
-        sentences = group_units(files["sentence"], ids)
-        base = baseline_systems(evaluated, sentences)
-        unknown = [b for b in baselines if b not in base]
-        if unknown:
-            raise ValueError(f"unknown baselines {unknown}; expected some of {list(base)}")
-        systems.update({b: base[b] for b in baselines})
+    ptype = str((cfg.get("propositionizer") or {}).get("type", "file"))
+    if task.get("predictions") or ptype != "file":
+        found = predictions_for(cfg, Path(files.passages), evaluated)
+        if found is None:  # ddp: rank 0 reports
+            return float("nan")
+        label, systems[label], parse[label], summary["predictions"] = found
+    systems.update(baselines_for(task, files["sentence"], evaluated))
     if not systems:
         raise ValueError("nothing to report: no predictions, no reference row, no baselines")
 
     scorer_cfg = OmegaConf.to_container(task.scorer, resolve=True)
-    from densex.metrics.propositions import stemmer
-
     stem_name = task.get("stemmer")
     rows = quality_rows(evaluated, references, systems, _scorer(task), parse, stemmer(stem_name))
     table = aggregate(rows)
@@ -222,7 +252,7 @@ def run(cfg: DictConfig) -> float:
             f"passages ({len(evaluated)})",
             "corpus": cfg.corpus.get("name"),
             "passages_file": str(files.passages),
-            "references": str(ref_path),
+            "references": ref_path,
             "subset": subset,
             "val_fraction": val_fraction,
             "val_fraction_from": val_source,
@@ -235,8 +265,7 @@ def run(cfg: DictConfig) -> float:
             "sentencizer": str(cfg.corpus.get("segmentation", {}).get("spacy_model")),
         }
     )
-    notes = _notes(summary, scorer_cfg)
-    write_report(out_dir, rows, table, summary, notes)
+    write_report(Path(cfg.paths.output_dir), rows, table, summary, _notes(summary, scorer_cfg))
     _print(table, summary["title"])
     _log_wandb(cfg, table, rows, label)
     first = next((r for r in table if r["system"] == label), None) or next(
@@ -247,7 +276,6 @@ def run(cfg: DictConfig) -> float:
 
 
 def _notes(summary: dict[str, Any], scorer: dict[str, Any]) -> list[str]:
-    from densex.metrics.propositions import STOPWORDS_NAME
 
     n_out = summary["n_without_reference"]
     left_out = f"; {n_out} without a reference left out" if n_out else ""
@@ -293,8 +321,6 @@ def _print(table: Sequence[dict[str, Any]], title: str) -> None:
 
 
 def _log_wandb(cfg: DictConfig, table, rows, label: str | None) -> None:
-    from densex.report.propositions import log_report
-    from densex.report.wandb_log import init_run
 
     run = init_run(
         cfg,

@@ -11,37 +11,25 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytorch_lightning as pl
+import torch
+from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
+from pytorch_lightning.callbacks import ModelCheckpoint
 
+from densex.propositionizer.module import prepare_model_path
+from densex.report.wandb_log import wandb_offline
 from densex.utils.io import write_json
 from densex.utils.logging import get_logger
 from densex.utils.models import resolve_precision
 from densex.utils.progress import LogProgress, is_tty
-from densex.utils.resume import RNGState
+from densex.utils.resume import RNGState, newest_checkpoint
 from densex.utils.secrets import redact_config
 from densex.utils.trainer import CloseSpawnedProcessGroup, multirun_safe_strategy
 
 log = get_logger(__name__)
 
 MONITOR = "val/set_f1"
-
-
-def world_size(trainer_cfg: DictConfig | dict) -> int:
-    """Number of training processes the trainer config asks for (devices x nodes)."""
-    devices = trainer_cfg.get("devices", 1)
-    if isinstance(devices, str) and devices.isdigit():
-        devices = int(devices)
-    if isinstance(devices, int) and devices > 0:
-        n = devices
-    elif isinstance(devices, (list, tuple)) or OmegaConf.is_list(devices):
-        n = len(devices)
-    elif trainer_cfg.get("accelerator") == "cpu":
-        n = 1
-    else:  # "auto" / -1: every visible GPU
-        import torch
-
-        n = max(1, torch.cuda.device_count())
-    return n * int(trainer_cfg.get("num_nodes", 1) or 1)
 
 
 def batch_plan(batch_size: int, per_device_batch_size: int | None, devices: int) -> tuple[int, int]:
@@ -80,10 +68,6 @@ def build_loggers(cfg: DictConfig) -> list[Any]:
     explicit WANDB_MODE is left for W&B itself to apply."""
     import os
 
-    from hydra.utils import instantiate
-
-    from densex.report.wandb_log import wandb_offline
-
     loggers = []
     for node in (cfg.get("logger") or {}).values():
         if not (isinstance(node, DictConfig) and "_target_" in node):
@@ -116,9 +100,6 @@ def best_checkpoint(
     under `ddp_spawn` the launcher process gets back only the first checkpoint callback's
     `best_model_path`, never `best_model_score`. ("", None, None) without such a checkpoint.
     """
-    import torch
-    from pytorch_lightning.callbacks import ModelCheckpoint
-
     cbs = [c for c in trainer.checkpoint_callbacks if isinstance(c, ModelCheckpoint)]
     cb = next((c for c in cbs if c.monitor == monitor), None)
     if cb is None:
@@ -168,7 +149,6 @@ def _resolve_ckpt(ckpt_path: str | None, cfg: DictConfig) -> str | None:
     """`last`: the newest checkpoint of this run dir (mid-epoch step checkpoints included),
     an error saying there is none otherwise; `auto`: the same, or a clean start when there is
     none (a requeued cluster job); a path must exist."""
-    from densex.utils.resume import newest_checkpoint
 
     if not ckpt_path:
         return None
@@ -197,77 +177,27 @@ def _resolve_ckpt_or_none(cfg: DictConfig) -> str | None:
 
 def _instantiate_all(group: DictConfig | None) -> list[Any]:
     """Instantiate every `_target_` entry of a callbacks/logger group (template style)."""
-    from hydra.utils import instantiate
-
     if not group:
         return []
     return [instantiate(c) for c in group.values() if isinstance(c, DictConfig) and "_target_" in c]
 
 
-def run(cfg: DictConfig) -> float:
-    """Train, validate by set-F1, export; return the best validation set-F1."""
-    import pytorch_lightning as pl
-    import torch
-    from hydra.utils import instantiate
-
-    from densex.propositionizer.module import prepare_model_path
-
-    if cfg.get("seed") is not None:
-        pl.seed_everything(cfg.seed, workers=True)
-    out_dir = Path(cfg.paths.output_dir)
-
-    devices = world_size(cfg.trainer)
-    per_device, accumulate = batch_plan(
-        cfg.model.batch_size, cfg.model.per_device_batch_size, devices
-    )
-    log.info(
-        "effective batch %d = %d per device x %d devices x %d accumulation steps",
-        per_device * devices * accumulate,
-        per_device,
-        devices,
-        accumulate,
-    )
-
-    datamodule = instantiate(cfg.data, per_device_batch_size=per_device)
-    datamodule.load_pairs()
-    if not datamodule.val_pairs:
-        raise ValueError(
-            "no validation pairs: set data.val_fraction > 0, data.val_path or data.val_split"
-        )
-    name = cfg.model.name_or_path
-    if cfg.model.get("warm_start"):  # e.g. a bert2bert built from an encoder checkpoint
-        model_path = instantiate(cfg.model.warm_start, cache_dir=cfg.paths.cache_dir)
-    else:
-        texts = datamodule.texts() if name == "tiny" else ()
-        tiny = OmegaConf.to_container(cfg.model.tiny) if cfg.model.get("tiny") else None
-        model_path = prepare_model_path(name, texts, cfg.paths.cache_dir, tiny=tiny)
-    module = instantiate(
-        cfg.model,
-        name_or_path=model_path,
-        per_device_batch_size=per_device,
-        warm_start=None,  # already built above
-        _convert_="all",
-    )
-    datamodule.set_tokenizer(module.tokenizer)
-    datamodule.setup("fit")
-
-    if torch.cuda.is_available():
-        torch.set_float32_matmul_precision("high")
+def build_trainer(cfg: DictConfig) -> pl.Trainer:
+    """The `trainer` group's Trainer with the `callbacks` and `logger` groups, resume state
+    (`RNGState`) and, without a terminal, periodic log lines instead of the progress bar."""
     # a spawned worker must close its process group or it may abort at exit (see the callback)
     # RNGState: generator states in every checkpoint, so a resumed run continues bit for bit
     callbacks = [*_instantiate_all(cfg.get("callbacks")), CloseSpawnedProcessGroup(), RNGState()]
-    # no terminal (a log file, SLURM): periodic log lines instead of Lightning's bar
     show_bar = bool(cfg.trainer.get("enable_progress_bar", True)) and is_tty()
     if cfg.trainer.get("enable_progress_bar", True) and not show_bar:
         callbacks.append(LogProgress())
     loggers = build_loggers(cfg)
     if not loggers:  # logger=none: a learning-rate monitor has nowhere to log (Lightning raises)
         callbacks = [c for c in callbacks if not isinstance(c, pl.callbacks.LearningRateMonitor)]
-    trainer: pl.Trainer = instantiate(
+    return instantiate(
         cfg.trainer,
         callbacks=callbacks,
         logger=loggers or False,
-        accumulate_grad_batches=accumulate,
         # the data module shards batches across ranks itself (length-grouped per rank)
         use_distributed_sampler=False,
         enable_progress_bar=show_bar,
@@ -278,14 +208,109 @@ def run(cfg: DictConfig) -> float:
             cfg.trainer.get("num_nodes", 1),
         ),
     )
-    hparams = {
-        "cfg": redact_config(OmegaConf.to_container(cfg, resolve=True)),  # loggers: no secrets
+
+
+def build_datamodule(cfg: DictConfig, per_device: int) -> Any:
+    """The `data` group's data module with its pairs loaded (validation pairs required)."""
+    datamodule = instantiate(cfg.data, per_device_batch_size=per_device)
+    datamodule.load_pairs()
+    if not datamodule.val_pairs:
+        raise ValueError(
+            "no validation pairs: set data.val_fraction > 0, data.val_path or data.val_split"
+        )
+    return datamodule
+
+
+def build_model_path(cfg: DictConfig, datamodule: Any) -> str:
+    """The checkpoint to fine-tune: a warm start built from `model.warm_start`, a tiny T5 built
+    on the training texts (`name_or_path: tiny`), or `name_or_path` itself."""
+    if cfg.model.get("warm_start"):  # e.g. a bert2bert built from an encoder checkpoint
+        return instantiate(cfg.model.warm_start, cache_dir=cfg.paths.cache_dir)
+    name = cfg.model.name_or_path
+    texts = datamodule.texts() if name == "tiny" else ()
+    tiny = OmegaConf.to_container(cfg.model.tiny) if cfg.model.get("tiny") else None
+    return prepare_model_path(name, texts, cfg.paths.cache_dir, tiny=tiny)
+
+
+def best_score(trainer: pl.Trainer, monitor: str) -> tuple[str, float, dict[str, Any] | None]:
+    """(best checkpoint path, best `monitor` value, the loaded checkpoint on rank 0): from the
+    checkpoint file on rank 0 (ddp_spawn-safe), the callback elsewhere, else the last value."""
+    best_path, best, best_ckpt = "", None, None
+    if trainer.is_global_zero:
+        best_path, best, best_ckpt = best_checkpoint(trainer, monitor)
+    else:
+        cb = next((c for c in trainer.checkpoint_callbacks if c.monitor == monitor), None)
+        best = cb.best_model_score if cb is not None else None
+    if best is None:
+        log.warning("no best %s checkpoint score: reporting the last validation's", monitor)
+        best = trainer.callback_metrics.get(monitor)
+    return best_path, (float(best) if best is not None else float("nan")), best_ckpt
+
+
+def load_best_weights(module: Any, best_ckpt: dict[str, Any] | None) -> dict[str, Any]:
+    """Load the best checkpoint's weights into `module`; its epoch and step for the summary."""
+    if best_ckpt is None:
+        return {}
+    module.load_state_dict(best_ckpt["state_dict"])
+    return {"best_epoch": best_ckpt["epoch"], "best_global_step": best_ckpt["global_step"]}
+
+
+def export_model(
+    cfg: DictConfig, trainer: pl.Trainer, module: Any, summary: dict[str, Any]
+) -> Path:
+    """Rank 0: `save_pretrained` the module to `<run dir>/hf_model` and write
+    `train_summary.json` (with the epochs and steps trained); return the export directory."""
+    out_dir = Path(cfg.paths.output_dir)
+    epochs, step = trainer.current_epoch, trainer.global_step
+    last = _resolve_ckpt_or_none(cfg)
+    if last and step == 0:  # ddp_spawn: the launcher process does not see the loop state
+        ckpt = torch.load(last, map_location="cpu", weights_only=True)
+        epochs, step = ckpt["epoch"] + 1, ckpt["global_step"]
+    head = {k: summary.pop(k) for k in ("best_val_set_f1", "best_checkpoint")}
+    summary = {**head, "epochs": epochs, "global_step": step, **summary}
+    config = redact_config(OmegaConf.to_container(cfg, resolve=True))
+    export = module.export_hf(out_dir / "hf_model", config=config, **summary)
+    write_json(out_dir / "train_summary.json", {**summary, "hf_model": str(export)})
+    log.info("best val/set_f1 %.4f; exported %s", summary["best_val_set_f1"], export)
+    return export
+
+
+def run(cfg: DictConfig) -> float:
+    """Train, validate by set-F1, export; return the best `optimized_metric` (val/set_f1)."""
+    if cfg.get("seed") is not None:
+        pl.seed_everything(cfg.seed, workers=True)
+    if torch.cuda.is_available():
+        torch.set_float32_matmul_precision("high")
+    trainer = build_trainer(cfg)
+    devices = trainer.world_size  # Lightning's own count: devices x nodes
+    per_device, accumulate = batch_plan(
+        cfg.model.batch_size, cfg.model.per_device_batch_size, devices
+    )
+    trainer.accumulate_grad_batches = accumulate
+    log.info(
+        "effective batch %d = %d per device x %d devices x %d accumulation steps",
+        *(per_device * devices * accumulate, per_device, devices, accumulate),
+    )
+    datamodule = build_datamodule(cfg, per_device)
+    model_path = build_model_path(cfg, datamodule)
+    module = instantiate(
+        cfg.model,
+        name_or_path=model_path,
+        per_device_batch_size=per_device,
+        warm_start=None,  # already built above
+        _convert_="all",
+    )
+    datamodule.set_tokenizer(module.tokenizer)
+    datamodule.setup("fit")
+    plan = {
         "model_path": model_path,
         "accumulate_grad_batches": accumulate,
         "per_device_batch_size": per_device,
         "effective_batch_size": per_device * devices * accumulate,
         "data_stats": datamodule.stats,
     }
+    # loggers get the whole config, without secrets
+    hparams = {"cfg": redact_config(OmegaConf.to_container(cfg, resolve=True)), **plan}
     for lg in trainer.loggers:
         lg.log_hyperparams(hparams)
 
@@ -294,45 +319,10 @@ def run(cfg: DictConfig) -> float:
     ckpt_path = _resolve_ckpt(cfg.get("ckpt_path"), cfg)
     trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path, weights_only=True)
 
-    best_path, best, best_ckpt = "", None, None
-    if trainer.is_global_zero:  # the score from the best checkpoint file (ddp_spawn-safe)
-        best_path, best, best_ckpt = best_checkpoint(trainer, MONITOR)
-    else:
-        cb = next((c for c in trainer.checkpoint_callbacks if c.monitor == MONITOR), None)
-        best = cb.best_model_score if cb is not None else None
-    if best is None:
-        log.warning("no best %s checkpoint score: reporting the last validation's", MONITOR)
-        best = trainer.callback_metrics.get(MONITOR)
-    best_f1 = float(best) if best is not None else float("nan")
+    best_path, best, best_ckpt = best_score(trainer, cfg.get("optimized_metric") or MONITOR)
     if trainer.is_global_zero:
-        epochs, step = trainer.current_epoch, trainer.global_step
-        last = _resolve_ckpt_or_none(cfg)
-        if last and step == 0:  # ddp_spawn: the launcher process does not see the loop state
-            ckpt = torch.load(last, map_location="cpu", weights_only=True)
-            epochs, step = ckpt["epoch"] + 1, ckpt["global_step"]
-        summary = {
-            "best_val_set_f1": best_f1,
-            "best_checkpoint": best_path or None,
-            "epochs": epochs,
-            "global_step": step,
-            "model_path": model_path,
-            "accumulate_grad_batches": accumulate,
-            "per_device_batch_size": per_device,
-            "effective_batch_size": per_device * devices * accumulate,
-            "data_stats": datamodule.stats,
-        }
-        if best_ckpt is not None:
-            module.load_state_dict(best_ckpt["state_dict"])
-            summary |= {
-                "best_epoch": best_ckpt["epoch"],
-                "best_global_step": best_ckpt["global_step"],
-            }
-            del best_ckpt
-        export = module.export_hf(
-            out_dir / "hf_model",
-            config=redact_config(OmegaConf.to_container(cfg, resolve=True)),
-            **summary,
-        )
-        write_json(out_dir / "train_summary.json", {**summary, "hf_model": str(export)})
-        log.info("best val/set_f1 %.4f; exported %s", best_f1, export)
-    return best_f1
+        summary = {"best_val_set_f1": best, "best_checkpoint": best_path or None, **plan}
+        summary |= load_best_weights(module, best_ckpt)
+        del best_ckpt  # the checkpoint (optimizer states included) before the export
+        export_model(cfg, trainer, module, summary)
+    return best

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from densex.utils.cache import artifact_dir, content_key, ensure_built_dir, hash_file
 from densex.utils.logging import get_logger
 from densex.utils.models import resolve_model
 
@@ -136,7 +137,6 @@ def copy_self_to_cross_attention(decoder: Any) -> int:
 def cached_bert2bert(cache_dir: str | os.PathLike, **spec: Any) -> str:
     """`build_bert2bert(**spec)` in `<cache_dir>/bert2bert/<key>`, built once, atomically; the
     key covers the spec and the encoder/decoder weight files, so changed weights rebuild."""
-    from densex.utils.cache import artifact_dir, content_key, ensure_built_dir, hash_file
 
     weights = {}
     for role in ("encoder", "decoder"):

@@ -1,25 +1,14 @@
-"""Propositionize a passages file with a seq2seq checkpoint or an LLM teacher.
-
-`generate_propositions` is what `index.py granularity=proposition propositionizer=model`
-calls. The model path runs Lightning `Trainer.predict`: each predict batch is one *shard* of
-passages, generated greedily in length-sorted micro-batches and written
-atomically by a `BasePredictionWriter`, so an interrupted run resumes at the first missing
-shard and several devices (ddp / ddp_spawn) split the shards between them. Shards keep the
-raw text; parsing and fallbacks (`parse.py`) happen when the shards are merged into the
-standard propositions file `{"id", "propositions"}` + `manifest.json` beside it.
-
-The propositionizer's own `dtype` (auto = bfloat16 on a bf16 GPU, else float32) is the one the
-weights are loaded and run in, whatever the trainer's `precision` says (the Trainer is built
-with `32-true`, so no autocast ever changes it); the effective dtype is in the shard key and
-the manifest. A hub id is fingerprinted by its resolved commit (see `_model_fingerprint`).
+"""Propositionize a passages file with a seq2seq checkpoint (Lightning `Trainer.predict`
+over resumable shards) or an LLM teacher (`teacher.py`); both write through `output.py`.
+Shards, dtype and fingerprint rules: docs/architecture.md, "Design notes: generation".
 """
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -29,17 +18,19 @@ from pytorch_lightning.callbacks import BasePredictionWriter
 from torch.utils.data import DataLoader
 
 from densex.corpus.readers import Skips, read_passages
-from densex.propositionizer.data import format_source
-from densex.propositionizer.parse import (
-    FALLBACK_MODES,
-    ParseLimits,
-    ParseStats,
-    SentenceSplitter,
-    resolve_output,
+from densex.propositionizer.output import (
+    NO_SKIPS,
+    manifest_path,
+    passage_source,
+    write_propositions,
 )
+from densex.propositionizer.parse import FALLBACK_MODES, ParseLimits
+from densex.propositionizer.teacher import generate_with_teacher
 from densex.utils.cache import content_key, hash_file
+from densex.utils.config import from_config
+from densex.utils.generation import generate_sorted
 from densex.utils.integrity import remove_orphans
-from densex.utils.io import DataError, read_jsonl, write_jsonl, write_manifest
+from densex.utils.io import DataError, read_jsonl, write_jsonl
 from densex.utils.logging import get_logger
 from densex.utils.models import resolve_dtype, resolve_model
 from densex.utils.trainer import predict_trainer
@@ -47,101 +38,21 @@ from densex.utils.trainer import predict_trainer
 log = get_logger(__name__)
 
 __all__ = [
+    "ModelSettings",
     "ParseLimits",
     "PropositionGenerator",
-    "cfg_get",
     "PropositionShardWriter",
+    "PropositionizerSettings",
+    "effective_dtype",
     "generate_propositions",
     "manifest_path",
+    "model_fingerprint",
     "passage_source",
     "read_passages",
     "write_propositions",
 ]
 
 SHARD_NAME = "shard-{:05d}.jsonl"
-_NO_SKIPS = {"total": 0, "by_field": {}, "examples": []}
-
-
-def passage_source(passage: Mapping[str, Any]) -> str:
-    """The model input for a passage, `Title: {title}. Section: {section}. Content: {text}`:
-    the same string as the training pairs (`data.format_source`), so a fine-tuned checkpoint
-    sees at inference exactly what it was trained on."""
-    return format_source(passage.get("title") or "", passage.get("section") or "", passage["text"])
-
-
-def manifest_path(out_path: str | os.PathLike) -> Path:
-    """Where the manifest of a propositions file lives: `manifest.json` beside it."""
-    return Path(out_path).parent / "manifest.json"
-
-
-def cfg_get(cfg: Any, name: str, default: Any = None) -> Any:
-    """`cfg[name]` from a dict or a Hydra node (None or missing: `default`)."""
-    value = cfg.get(name, default) if cfg is not None else default
-    return default if value is None else value
-
-
-def write_propositions(
-    passages: Sequence[Mapping[str, Any]],
-    raws: Sequence[str | None],
-    out_path: str | os.PathLike,
-    fallback: str = "sentences",
-    spacy_model: str | None = "en_core_web_lg",
-    limits: ParseLimits | None = None,
-    **manifest: Any,
-) -> ParseStats:
-    """Parse every raw output (with fallbacks, within `limits`) and write the propositions
-    file + manifest (with the file's size and content hash, checked before reuse).
-
-    One row per passage, in passage order: N passages in, N rows out. An error while parsing
-    names the passage; rejected outputs are counted and the first few ids logged.
-    """
-    from densex.utils.integrity import file_record
-
-    if len(raws) != len(passages):
-        raise ValueError(f"{len(raws)} outputs for {len(passages)} passages")
-    split = SentenceSplitter(spacy_model)
-    stats = ParseStats()
-    limits = limits or ParseLimits()
-    rows, rejected_ids = [], []
-    for passage, raw in zip(passages, raws):
-        try:
-            resolved = resolve_output(raw, passage["text"], fallback, split, limits)
-        except Exception as e:
-            raise ValueError(f"passage {passage['id']!r}: parsing its output failed: {e}") from e
-        if resolved.result.rejected:
-            rejected_ids.append(passage["id"])
-            if len(rejected_ids) <= 5:
-                log.warning(
-                    "passage %r: output rejected (%s); fallback %s",
-                    passage["id"],
-                    resolved.result.error,
-                    fallback,
-                )
-        stats.add(resolved)
-        rows.append({"id": passage["id"], "propositions": resolved.propositions})
-    write_jsonl(out_path, rows)
-    counts = stats.as_dict()
-    write_manifest(
-        manifest_path(out_path),
-        artifact=Path(out_path).name,
-        **counts,
-        rejected_examples=rejected_ids[:20],
-        limits=dataclasses.asdict(limits),
-        fallback=fallback,
-        file=file_record(out_path),
-        **manifest,
-    )
-    log.info(
-        "wrote %d passages -> %d propositions to %s (strict %d, repaired %d, fallbacks %s, dropped %d)",
-        counts["passages"],
-        counts["propositions"],
-        out_path,
-        counts["parsed_strict"],
-        counts["repaired"],
-        counts["fallbacks"],
-        counts["items_dropped"],
-    )
-    return stats
 
 
 class PropositionGenerator(pl.LightningModule):
@@ -192,60 +103,23 @@ class PropositionGenerator(pl.LightningModule):
         rank, world = self.trainer.global_rank, self.trainer.world_size
         return DataLoader(self.shards[rank::world], batch_size=1, shuffle=False, collate_fn=_only)
 
-    @torch.inference_mode()
     def generate(self, sources: Sequence[str]) -> tuple[list[str], list[bool]]:
         """Generate for `sources` in length-sorted batches; return texts and, per text, whether
         it hit `max_new_tokens` without an end-of-sequence token (likely cut off)."""
         if self.model is None:
             self.setup()
-        lengths = [len(ids) for ids in self.tokenizer(list(sources), truncation=True)["input_ids"]]
-        order = sorted(range(len(sources)), key=lambda i: -lengths[i])
-        texts: list[str] = [""] * len(sources)
-        cut: list[bool] = [False] * len(sources)
-        eos = _eos_ids(self.model, self.tokenizer)
-        for b in range(0, len(order), self.batch_size):
-            idx = order[b : b + self.batch_size]
-            enc = self.tokenizer(
-                [sources[i] for i in idx], return_tensors="pt", padding=True, truncation=True
-            ).to(self.model.device)
-            out = self.model.generate(
-                **enc, max_new_tokens=self.max_new_tokens, num_beams=self.num_beams, do_sample=False
-            )
-            decoded = self.tokenizer.batch_decode(out, skip_special_tokens=True)
-            hit = _hit_max_new_tokens(out, eos, self.max_new_tokens)
-            for row, i in enumerate(idx):
-                texts[i] = decoded[row]
-                cut[i] = hit[row]
-        return texts, cut
+        return generate_sorted(
+            self.model,
+            self.tokenizer,
+            sources,
+            self.batch_size,
+            self.max_new_tokens,
+            self.num_beams,
+        )
 
     def predict_step(self, batch: Mapping[str, Any], batch_idx: int) -> dict[str, Any]:
         texts, cut = self.generate(batch["sources"])
         return {"shard": batch["shard"], "ids": batch["ids"], "raw": texts, "cut": cut}
-
-
-def _eos_ids(model: Any, tokenizer: Any) -> set[int]:
-    """Every token id that ends a generation: the generation config's (an int or a list) and
-    the tokenizer's."""
-    ids: set[int] = set()
-    for value in (getattr(model.generation_config, "eos_token_id", None), tokenizer.eos_token_id):
-        if isinstance(value, int):
-            ids.add(value)
-        elif value is not None:
-            ids.update(int(v) for v in value)
-    return ids
-
-
-def _hit_max_new_tokens(out: torch.Tensor, eos: set[int], max_new_tokens: int) -> list[bool]:
-    """Per row of a seq2seq `generate` output: were `max_new_tokens` tokens generated with no
-    end-of-sequence among them (a likely cut-off)? Column 0 is the decoder start token, which is
-    not generated and may be anything (T5: pad; BART: eos), so it is left out; a row that ended
-    early has an eos (and then padding), a row without one ran to the full generated width."""
-    generated = out[:, 1:]
-    ended = torch.zeros(generated.shape[0], dtype=torch.bool, device=generated.device)
-    for token in eos:
-        ended |= (generated == token).any(dim=1)
-    full = generated.shape[1] >= max_new_tokens
-    return [bool(full and not e) for e in ended.tolist()]
 
 
 def _only(batch: list[Any]) -> Any:
@@ -285,11 +159,32 @@ def hub_commit(repo_id: str, cache_dir: str | os.PathLike | None = None) -> str 
     return path.parent.name if path.parent.parent.name == "snapshots" else None
 
 
-def _model_fingerprint(model: str, cache_dir: str | os.PathLike | None = None) -> dict[str, Any]:
-    """A local checkpoint is identified by its files' names, sizes and mtimes (hashing GBs of
-    weights on every run would cost more than it protects); a hub id by its id and the commit
-    it resolves to (`hub_commit`), so a new upload on the hub never reuses old shards. A commit
-    that cannot be resolved is recorded as None (documented limitation: the id alone)."""
+@dataclass(frozen=True)
+class PropositionizerSettings:
+    """What every `conf/propositionizer` backend shares (defaults as in its YAML files)."""
+
+    type: str = "model"
+    fallback: str = "sentences"
+    on_error: str = "raise"
+    spacy_model: str = "en_core_web_lg"
+
+
+@dataclass(frozen=True)
+class ModelSettings(PropositionizerSettings):
+    """The seq2seq backend's options (`conf/propositionizer/model.yaml`)."""
+
+    model: str = ""
+    dtype: str = "auto"
+    batch_size: int = 8
+    max_source_length: int = 512
+    max_new_tokens: int = 512
+    num_beams: int = 1
+    shard_size: int = 256
+
+
+def model_fingerprint(model: str, cache_dir: str | os.PathLike | None = None) -> dict[str, Any]:
+    """What identifies a checkpoint in cache keys: a local directory's files (name, size, mtime),
+    a hub id with the commit it resolves to (`hub_commit`; None when unresolvable)."""
     p = Path(model)
     if p.is_dir():
         files = sorted(
@@ -299,11 +194,15 @@ def _model_fingerprint(model: str, cache_dir: str | os.PathLike | None = None) -
     return {"hub_id": model, "commit": hub_commit(model, cache_dir)}
 
 
-def effective_dtype(name: str, trainer_cfg: Any = None) -> str:
+# the former private name, still imported by `pipelines/index.py`
+_model_fingerprint = model_fingerprint
+
+
+def effective_dtype(name: str, trainer_cfg: Mapping[str, Any] | Any = None) -> str:
     """The dtype generation runs in: `float32|bfloat16|float16`, with `auto` resolved for the
     trainer's accelerator (bfloat16 on a bf16 CUDA GPU, float32 on CPU and elsewhere)."""
-    accel = str(cfg_get(trainer_cfg, "accelerator", "auto")).lower()
-    device = "cuda" if accel in ("auto", "gpu", "cuda") else "cpu"
+    accel = (trainer_cfg.get("accelerator") if trainer_cfg is not None else None) or "auto"
+    device = "cuda" if str(accel).lower() in ("auto", "gpu", "cuda") else "cpu"
     if device == "cuda" and not torch.cuda.is_available():
         device = "cpu"
     return str(resolve_dtype(name, device)).removeprefix("torch.")
@@ -324,40 +223,21 @@ def _read_shard(path: Path, ids: Sequence[str]) -> list[dict[str, Any]] | None:
     return rows
 
 
-def _generate_with_model(
-    passages: list[dict[str, Any]],
-    passages_path: Path,
-    cfg: Any,
-    out_path: Path,
-    trainer_cfg: Any,
-    skipped: Mapping[str, Any] | None = None,
-) -> Path:
-    model = resolve_model(str(cfg_get(cfg, "model")))
-    dtype_requested = str(cfg_get(cfg, "dtype", "auto"))
-    settings = {
-        "batch_size": int(cfg_get(cfg, "batch_size", 8)),
-        "max_source_length": int(cfg_get(cfg, "max_source_length", 512)),
-        "max_new_tokens": int(cfg_get(cfg, "max_new_tokens", 512)),
-        "num_beams": int(cfg_get(cfg, "num_beams", 1)),
-        # the dtype actually used (never the trainer's precision: see the module docstring)
-        "dtype": effective_dtype(dtype_requested, trainer_cfg),
+def _generation_settings(opts: ModelSettings, trainer_cfg: Any) -> dict[str, Any]:
+    """The PropositionGenerator keyword arguments, with the dtype actually used (never the
+    trainer's precision: see docs/architecture.md, "Propositionizer dtype")."""
+    return {
+        "batch_size": opts.batch_size,
+        "max_source_length": opts.max_source_length,
+        "max_new_tokens": opts.max_new_tokens,
+        "num_beams": opts.num_beams,
+        "dtype": effective_dtype(opts.dtype, trainer_cfg),
     }
-    shard_size = int(cfg_get(cfg, "shard_size", 256))
-    if shard_size < 1:
-        raise ValueError(f"shard_size must be >= 1, got {shard_size}")
-    passages_sha = hash_file(passages_path)
-    # batch_size and dtype do not change greedy outputs in principle, but bf16 vs fp32 can flip
-    # near-ties; keep dtype in the key, leave batch_size out so a resume may change it.
-    fingerprint = _model_fingerprint(model)
-    key = content_key(
-        model=fingerprint,
-        passages=passages_sha,
-        shard_size=shard_size,
-        **{k: v for k, v in settings.items() if k != "batch_size"},
-    )
-    shard_dir = out_path.parent / "shards" / key
-    remove_orphans(shard_dir)  # temp files of a killed earlier run
-    shards = [
+
+
+def _plan_shards(passages: Sequence[Mapping[str, Any]], shard_size: int) -> list[dict[str, Any]]:
+    """Consecutive shards of `shard_size` passages: `{"shard", "ids", "sources"}`."""
+    return [
         {
             "shard": k,
             "ids": [p["id"] for p in passages[s : s + shard_size]],
@@ -365,32 +245,29 @@ def _generate_with_model(
         }
         for k, s in enumerate(range(0, len(passages), shard_size))
     ]
-    pending = [
-        s
-        for s in shards
-        if _read_shard(shard_dir / SHARD_NAME.format(s["shard"]), s["ids"]) is None
-    ]
-    log.info(
-        "propositionizer %s: %d passages in %d shards, %d to generate (%s)",
-        model,
-        len(passages),
-        len(shards),
-        len(pending),
-        shard_dir,
+
+
+def _run_pending(
+    model: str,
+    pending: list[dict[str, Any]],
+    settings: Mapping[str, Any],
+    shard_dir: Path,
+    trainer_cfg: Any,
+) -> bool:
+    """Generate the `pending` shards with `Trainer.predict`; True on the rank that merges."""
+    module = PropositionGenerator(model, pending, **settings)
+    # 32-true: the weights' own dtype decides; the trainer's `precision: auto` would
+    # otherwise wrap predict_step in bf16 autocast behind the manifest's back
+    trainer = predict_trainer(
+        trainer_cfg, callbacks=[PropositionShardWriter(shard_dir)], precision="32-true"
     )
-    t0 = time.perf_counter()
-    if pending:
-        module = PropositionGenerator(model, pending, **settings)
-        # 32-true: the weights' own dtype decides; the trainer's `precision: auto` would
-        # otherwise wrap predict_step in bf16 autocast behind the manifest's back
-        trainer = predict_trainer(
-            trainer_cfg, callbacks=[PropositionShardWriter(shard_dir)], precision="32-true"
-        )
-        trainer.predict(module, return_predictions=False)
-        trainer.strategy.barrier("propositions-shards")  # every rank's shards are on disk
-        if not trainer.is_global_zero:  # ddp (not spawn): rank 0 merges
-            return out_path
-    seconds = time.perf_counter() - t0
+    trainer.predict(module, return_predictions=False)
+    trainer.strategy.barrier("propositions-shards")  # every rank's shards are on disk
+    return trainer.is_global_zero  # ddp (not spawn): rank 0 merges
+
+
+def _collect_shards(shards: Sequence[Mapping[str, Any]], shard_dir: Path) -> tuple[list[str], int]:
+    """Every passage's raw output in passage order, and how many hit `max_new_tokens`."""
     raws: list[str] = []
     cut = 0
     for s in shards:
@@ -399,21 +276,65 @@ def _generate_with_model(
             raise RuntimeError(f"shard {s['shard']} missing after generation in {shard_dir}")
         raws += [r["raw"] for r in rows]
         cut += sum(bool(r.get("cut")) for r in rows)
+    return raws, cut
+
+
+def _generate_with_model(
+    passages: list[dict[str, Any]],
+    passages_path: Path,
+    cfg: Mapping[str, Any] | Any,
+    out_path: Path,
+    trainer_cfg: Any,
+    skipped: Mapping[str, Any] | None = None,
+) -> Path:
+    """The model backend: resumable shards keyed by model, passages and settings, then merge."""
+    opts = from_config(ModelSettings, cfg)
+    model = resolve_model(opts.model)
+    settings = _generation_settings(opts, trainer_cfg)
+    if opts.shard_size < 1:
+        raise ValueError(f"shard_size must be >= 1, got {opts.shard_size}")
+    passages_sha = hash_file(passages_path)
+    # batch_size and dtype do not change greedy outputs in principle, but bf16 vs fp32 can flip
+    # near-ties; keep dtype in the key, leave batch_size out so a resume may change it.
+    fingerprint = model_fingerprint(model)
+    key = content_key(
+        model=fingerprint,
+        passages=passages_sha,
+        shard_size=opts.shard_size,
+        **{k: v for k, v in settings.items() if k != "batch_size"},
+    )
+    shard_dir = out_path.parent / "shards" / key
+    remove_orphans(shard_dir)  # temp files of a killed earlier run
+    shards = _plan_shards(passages, opts.shard_size)
+    pending = [
+        s
+        for s in shards
+        if _read_shard(shard_dir / SHARD_NAME.format(s["shard"]), s["ids"]) is None
+    ]
+    log.info(
+        "propositionizer %s: %d passages in %d shards, %d to generate (%s)",
+        *(model, len(passages), len(shards), len(pending), shard_dir),
+    )
+    t0 = time.perf_counter()
+    if pending and not _run_pending(model, pending, settings, shard_dir, trainer_cfg):
+        return out_path
+    seconds = time.perf_counter() - t0
+    raws, cut = _collect_shards(shards, shard_dir)
     write_propositions(
         passages,
         raws,
         out_path,
-        fallback=str(cfg_get(cfg, "fallback", "sentences")),
-        spacy_model=cfg_get(cfg, "spacy_model", "en_core_web_lg"),
+        fallback=opts.fallback,
+        spacy_model=opts.spacy_model,
         limits=ParseLimits.from_cfg(cfg),
         type="model",
         model=model,
         model_commit=fingerprint.get("commit"),
         settings={
             **settings,
-            "dtype_requested": dtype_requested,
-            "shard_size": shard_size,
-            "decoding": "greedy" if settings["num_beams"] == 1 else "beam",
+            "dtype_requested": opts.dtype,
+            "shard_size": opts.shard_size,
+            "decoding": "greedy" if opts.num_beams == 1 else "beam",
         },
         passages_file=str(passages_path),
         passages_sha256=passages_sha,
@@ -424,7 +345,7 @@ def _generate_with_model(
             "reused": len(shards) - len(pending),
         },
         hit_max_new_tokens=cut,
-        skipped=dict(skipped or _NO_SKIPS),
+        skipped=dict(skipped or NO_SKIPS),
         generation_seconds=round(seconds, 3),
     )
     return out_path
@@ -432,9 +353,9 @@ def _generate_with_model(
 
 def generate_propositions(
     passages_path: str | os.PathLike,
-    propositionizer_cfg: Any,
+    propositionizer_cfg: Mapping[str, Any] | Any,
     out_path: str | os.PathLike,
-    trainer_cfg: Any = None,
+    trainer_cfg: Mapping[str, Any] | Any = None,
 ) -> Path:
     """Write `{"id", "propositions"}` for every passage of `passages_path` to `out_path`.
 
@@ -443,32 +364,28 @@ def generate_propositions(
     `trainer_cfg` (the project's `trainer` config) sets devices/strategy for `model`.
     """
     passages_path, out_path = Path(passages_path), Path(out_path)
-    kind = str(cfg_get(propositionizer_cfg, "type", "model"))
-    fallback = str(cfg_get(propositionizer_cfg, "fallback", "sentences"))
-    if fallback not in FALLBACK_MODES:
+    opts = from_config(PropositionizerSettings, propositionizer_cfg)
+    if opts.fallback not in FALLBACK_MODES:
         raise ValueError(
-            f"propositionizer.fallback must be one of {FALLBACK_MODES}, got {fallback!r}"
+            f"propositionizer.fallback must be one of {FALLBACK_MODES}, got {opts.fallback!r}"
         )
-    # the corpus reader: unique non-empty string ids, non-empty text, errors located by
-    # file:line:field; `on_error: skip` (default raise) drops such rows, counted (by field, with
-    # the first few errors) in the log and the manifest's `skipped`
-    skips = Skips(str(cfg_get(propositionizer_cfg, "on_error", "raise")))
+    # unique non-empty string ids, non-empty text, errors located by file:line:field;
+    # `on_error: skip` drops such rows, counted in the log and the manifest's `skipped`
+    skips = Skips(opts.on_error)
     passages = read_passages(passages_path, skips)
     if skips.total:
         log.warning(
             "skipped %d bad passages of %s: %s", skips.total, passages_path, skips.summary()
         )
-    if kind == "model":
+    if opts.type == "model":
         return _generate_with_model(
             passages, passages_path, propositionizer_cfg, out_path, trainer_cfg, skips.summary()
         )
-    if kind == "teacher":
-        from densex.propositionizer.teacher import generate_with_teacher
-
+    if opts.type == "teacher":
         return generate_with_teacher(
             passages, passages_path, propositionizer_cfg, out_path, skipped=skips.summary()
         )
     raise ValueError(
-        f"propositionizer.type={kind!r} cannot generate; expected 'model' or 'teacher' "
+        f"propositionizer.type={opts.type!r} cannot generate; expected 'model' or 'teacher' "
         "('file' reads an existing propositions file and needs no generation)"
     )

@@ -13,7 +13,7 @@ import json
 import os
 import shutil
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +26,7 @@ from densex.propositionizer.parse import parse_propositions
 from densex.utils.io import mkdtemp, write_manifest
 from densex.utils.logging import get_logger
 from densex.utils.models import resolve_model
+from densex.utils.tiny_t5 import cached_tiny_t5
 
 log = get_logger(__name__)
 
@@ -50,9 +51,19 @@ def prepare_model_path(
     (`densex.utils.tiny_t5.cached_tiny_t5`)."""
     if name_or_path != "tiny":
         return resolve_model(name_or_path)
-    from densex.utils.tiny_t5 import cached_tiny_t5
 
     return str(cached_tiny_t5(cache_dir, texts, **dict(tiny or {})))
+
+
+def linear_warmup_schedule(
+    optimizer: torch.optim.Optimizer, num_training_steps: int, warmup_ratio: float = 0.0
+) -> torch.optim.lr_scheduler.LambdaLR:
+    """Warm-up over `warmup_ratio` of `num_training_steps`, then linear decay to 0
+    (`conf/model/scheduler/linear.yaml`)."""
+    from transformers import get_linear_schedule_with_warmup
+
+    warmup = int(warmup_ratio * num_training_steps)
+    return get_linear_schedule_with_warmup(optimizer, warmup, num_training_steps)
 
 
 def set_dropout(model: torch.nn.Module, p: float) -> None:
@@ -68,7 +79,8 @@ def set_dropout(model: torch.nn.Module, p: float) -> None:
 
 
 class PropositionizerModule(pl.LightningModule):
-    """Seq2seq fine-tuning with the paper's optimiser (AdamW, lr 1e-4, weight decay 1e-4).
+    """Seq2seq fine-tuning; `optimizer`/`scheduler` are the composed `_partial_` factories
+    (`conf/model/optimizer/adamw.yaml`: the paper's AdamW, lr 1e-4, weight decay 1e-4).
 
     `batch_size` (effective) and `per_device_batch_size` are recorded here; the pipeline turns
     them into the data loader batch size and `accumulate_grad_batches`. `metric` configures
@@ -80,12 +92,8 @@ class PropositionizerModule(pl.LightningModule):
     def __init__(
         self,
         name_or_path: str,
-        lr: float = 1e-4,
-        weight_decay: float = 1e-4,
-        betas: tuple[float, float] = (0.9, 0.999),
-        eps: float = 1e-8,
-        scheduler: str = "constant",
-        warmup_ratio: float = 0.0,
+        optimizer: Callable[..., torch.optim.Optimizer] | None = None,
+        scheduler: Callable[..., Any] | None = None,
         max_new_tokens: int = 512,
         num_beams: int = 1,
         max_source_length: int = 512,
@@ -101,7 +109,11 @@ class PropositionizerModule(pl.LightningModule):
         super().__init__()
         from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
-        self.save_hyperparameters()
+        # the factories stay out of the checkpoint (loaded with weights_only=True on resume);
+        # their settings are in the run's logged config
+        self.save_hyperparameters(ignore=["optimizer", "scheduler"])
+        self.optimizer_factory = optimizer
+        self.scheduler_factory = scheduler
         path = resolve_model(name_or_path)
         # from_pretrained returns eval mode (dropout off); Lightning keeps submodule modes
         self.model = AutoModelForSeq2SeqLM.from_pretrained(path).train()
@@ -245,28 +257,21 @@ class PropositionizerModule(pl.LightningModule):
 
     # ---- optimisation ------------------------------------------------------------------------
     def configure_optimizers(self) -> Any:
-        h = self.hparams
+        """The composed optimizer (`model/optimizer`) over two groups, weights with its weight
+        decay and biases/norms without; with a `model/scheduler`, stepped every optimizer step."""
+        if self.optimizer_factory is None:
+            raise ValueError("no optimizer: compose one (conf/model/optimizer) or pass a factory")
         decay, no_decay = [], []
         for name, p in self.model.named_parameters():
             if p.requires_grad:
                 (no_decay if p.ndim < 2 or "norm" in name.lower() else decay).append(p)
-        optimizer = torch.optim.AdamW(
-            [
-                {"params": decay, "weight_decay": h.weight_decay},
-                {"params": no_decay, "weight_decay": 0.0},
-            ],
-            lr=h.lr,
-            betas=tuple(h.betas),
-            eps=h.eps,
+        optimizer = self.optimizer_factory(
+            [{"params": decay}, {"params": no_decay, "weight_decay": 0.0}]
         )
-        if h.scheduler == "constant":
+        if self.scheduler_factory is None:
             return optimizer
-        if h.scheduler != "linear":
-            raise ValueError(f"model.scheduler must be 'constant' or 'linear', got {h.scheduler!r}")
-        from transformers import get_linear_schedule_with_warmup
-
         total = int(self.trainer.estimated_stepping_batches)
-        schedule = get_linear_schedule_with_warmup(optimizer, int(h.warmup_ratio * total), total)
+        schedule = self.scheduler_factory(optimizer, num_training_steps=total)
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": schedule, "interval": "step"}}
 
     # ---- export ------------------------------------------------------------------------------

@@ -373,6 +373,7 @@ class SentenceSplitter:
         self._nlp = None
 
     def __call__(self, text: str) -> list[str]:
+        # lazy: spaCy (~2 s) is needed only when an output falls back to sentences
         from densex.corpus.segment import load_sentencizer, split_sentences
 
         if self._nlp is None:

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from densex.propositionizer.data import split_by_title
-from densex.propositionizer.generate import manifest_path
+from densex.propositionizer.output import manifest_path
 from densex.propositionizer.parse import parse_propositions
 from densex.utils.io import DataError, read_json, read_jsonl
 from densex.utils.logging import get_logger

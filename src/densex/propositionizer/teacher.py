@@ -1,17 +1,7 @@
-"""Distillation data from an LLM teacher behind any OpenAI-compatible chat API.
-
-The paper prompts GPT-4 with its Figure 8 prompt (`conf/prompts/figure8.txt`) one passage at
-a time; the same code serves OpenAI, a vLLM/TGI server (Mixtral, Yi, Qwen) or Anthropic's
-OpenAI-compatible endpoint, chosen by `base_url` + `model`. Every good reply is cached on disk
-under sha256(endpoint, model, prompt-template hash, temperature + max_tokens, passage source),
-so a rerun or a resumed run costs nothing. The endpoint is `cache_namespace` when set, else the
-redacted `base_url` (scheme, host, port, path: two TGI servers both called with `model="tgi"`
-never share replies). A bad reply (no choices, empty content, a finish reason other than
-`ok_finish_reasons`, e.g. `content_filter`) is retried like a 5xx and never cached; if every
-attempt is bad the passage falls back (counted in the manifest) and the next run asks again.
-The retry policy (exponential back-off with jitter on 429/5xx/timeouts/bad replies) is ours,
-not the client's, so it is explicit and testable. The API key is read from the environment
-variable named by `api_key_env` and is never logged, cached or written to the manifest.
+"""Distillation data from an LLM teacher behind any OpenAI-compatible chat API (the paper's
+GPT-4 with its Figure 8 prompt): cached, retried replies written as the standard propositions
+file. Cache key, endpoint naming, retry policy and key handling: docs/architecture.md,
+"Design notes: the LLM teacher".
 """
 
 from __future__ import annotations
@@ -19,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import hashlib
+import inspect
 import json
 import os
 import random
@@ -33,9 +24,10 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-from densex.propositionizer.generate import cfg_get, passage_source, write_propositions
+from densex.propositionizer.output import NO_SKIPS, passage_source, write_propositions
 from densex.propositionizer.parse import ParseLimits, parse_propositions
 from densex.utils.cache import hash_file
+from densex.utils.config import from_config
 from densex.utils.io import DataError, read_json, write_json
 from densex.utils.logging import get_logger
 from densex.utils.secrets import redact_text, secret_values
@@ -393,28 +385,41 @@ class Teacher:
         return (prompt_tokens * self.prices[0] + completion_tokens * self.prices[1]) / 1e6
 
 
-def teacher_from_config(cfg: Any, default_cache_dir: str | os.PathLike) -> Teacher:
-    prices = cfg_get(cfg, "prices", {}) or {}
-    if cfg_get(cfg, "model") is None:
+@dataclass(frozen=True)
+class TeacherSettings:
+    """`conf/propositionizer/teacher.yaml` beyond the `Teacher` arguments: prices, fallback."""
+
+    prices: Mapping[str, float] | None = None
+    fallback: str = "sentences"
+    spacy_model: str = "en_core_web_lg"
+
+
+# config key -> `Teacher` argument where the names differ
+_TEACHER_ARGS = {"prompt": "prompt_path"}
+_NOT_FROM_CONFIG = {"model", "sleep", "limits", "price_prompt_per_1m", "price_completion_per_1m"}
+
+
+def teacher_from_config(
+    cfg: Mapping[str, Any] | Any, default_cache_dir: str | os.PathLike
+) -> Teacher:
+    """A `Teacher` from a propositionizer config: its non-null keys that name `Teacher`
+    arguments (`prompt` for `prompt_path`, `prices.*_per_1m`), defaults from `Teacher` itself;
+    `cache_dir` falls back to `default_cache_dir`."""
+    if cfg.get("model") is None:
         raise ValueError("propositionizer.model (the teacher's model name) is required")
+    kwargs: dict[str, Any] = {"cache_dir": default_cache_dir}
+    for name in inspect.signature(Teacher).parameters:
+        key = next((k for k, v in _TEACHER_ARGS.items() if v == name), name)
+        if name not in _NOT_FROM_CONFIG and cfg.get(key) is not None:
+            kwargs[name] = cfg.get(key)
+    if "api_key_env" in cfg:  # an explicit null means: no key (a local server)
+        kwargs["api_key_env"] = cfg.get("api_key_env")
+    prices = from_config(TeacherSettings, cfg).prices or {}
     return Teacher(
-        model=str(cfg_get(cfg, "model")),
-        base_url=cfg_get(cfg, "base_url"),
-        api_key_env=cfg.get("api_key_env", "OPENAI_API_KEY"),
-        prompt_path=cfg_get(cfg, "prompt"),
-        cache_dir=cfg_get(cfg, "cache_dir", default_cache_dir),
-        max_concurrency=int(cfg_get(cfg, "max_concurrency", 8)),
-        max_retries=int(cfg_get(cfg, "max_retries", 6)),
-        backoff_base=float(cfg_get(cfg, "backoff_base", 1.0)),
-        backoff_max=float(cfg_get(cfg, "backoff_max", 60.0)),
-        timeout=float(cfg_get(cfg, "timeout", 120.0)),
-        temperature=float(cfg_get(cfg, "temperature", 0.0)),
-        max_tokens=int(cfg_get(cfg, "max_tokens", 1024)),
+        **kwargs,
+        model=str(cfg.get("model")),
         price_prompt_per_1m=float(prices.get("prompt_per_1m", 0.0) or 0.0),
         price_completion_per_1m=float(prices.get("completion_per_1m", 0.0) or 0.0),
-        seed=cfg_get(cfg, "seed"),
-        cache_namespace=cfg_get(cfg, "cache_namespace"),
-        ok_finish_reasons=tuple(cfg_get(cfg, "ok_finish_reasons", OK_FINISH_REASONS)),
         limits=ParseLimits.from_cfg(cfg),
     )
 
@@ -430,6 +435,7 @@ def generate_with_teacher(
     (`skipped`: the passage reader's `Skips.summary()`, recorded as is)."""
     out_path = Path(out_path)
     teacher = teacher_from_config(cfg, default_cache_dir=out_path.parent / "teacher_cache")
+    opts = from_config(TeacherSettings, cfg)
     t0 = time.perf_counter()
     replies = teacher.replies(passages)
     seconds = time.perf_counter() - t0
@@ -440,8 +446,8 @@ def generate_with_teacher(
         passages,
         [r.content if r.bad is None else None for r in replies],  # bad: the fallback
         out_path,
-        fallback=str(cfg_get(cfg, "fallback", "sentences")),
-        spacy_model=cfg_get(cfg, "spacy_model", "en_core_web_lg"),
+        fallback=opts.fallback,
+        spacy_model=opts.spacy_model,
         limits=teacher.limits,
         type="teacher",
         model=teacher.model,
@@ -464,7 +470,7 @@ def generate_with_teacher(
             "final": sum(r.bad is not None for r in replies),
             "reasons": dict(Counter(r.bad for r in replies if r.bad is not None)),
         },
-        skipped=dict(skipped or {"total": 0, "by_field": {}, "examples": []}),
+        skipped=dict(skipped or NO_SKIPS),
         tokens={"prompt": new_p, "completion": new_c},
         cost_usd=round(teacher.cost(new_p, new_c), 6),
         tokens_including_cache={"prompt": all_p, "completion": all_c},

@@ -87,6 +87,10 @@ def relation_of(path: str | os.PathLike) -> str:
 # The id prefix `load_dataset_questions` gives EQ rows through conf/dataset/eq.yaml (its
 # `name`): retrieval.json rows written by `evaluate` carry ids `eq-P19-0`, `eq-P19-1`, ...
 EQ_ID_PREFIX = "eq"
+# BM25 for popularity counts: bm25s' defaults (the Figure 3 numbers so far were counted with
+# them). The retrieval baseline (`conf/retriever/bm25.yaml`) uses pyserini's k1=0.9, b=0.4:
+# `scripts/entity_popularity.py --bm25-k1 0.9 --bm25-b 0.4` counts with those instead.
+BM25_K1, BM25_B = 1.5, 0.75
 
 
 def load_eq_questions(
@@ -117,8 +121,11 @@ def bm25_popularity(
     passages: Sequence[str],
     k: int = 1000,
     show_progress: bool = False,
+    k1: float = BM25_K1,
+    b: float = BM25_B,
 ) -> list[int]:
-    """Occurrences of each surface form in its BM25 top-k passages (bm25s, English stopwords).
+    """Occurrences of each surface form in its BM25 top-k passages (bm25s Lucene scoring with
+    `k1`/`b`, English stopwords, lowercased, no stemming).
 
     A passage BM25 scores 0 shares no query term with the form, so it cannot contain the
     form; only positive-score passages of the top k are scanned, which is exact and fast.
@@ -128,7 +135,7 @@ def bm25_popularity(
     if not passages:
         return [0] * len(entities)
     uniq = sorted({e for e in entities})
-    retriever = bm25s.BM25()
+    retriever = bm25s.BM25(k1=k1, b=b, method="lucene")
     retriever.index(
         bm25s.tokenize(list(passages), stopwords="en", show_progress=show_progress),
         show_progress=show_progress,
@@ -272,7 +279,7 @@ def retrieval_hits(
     return out
 
 
-def _check_join(questions: Sequence[Mapping[str, Any]], hits: Mapping[str, RetrievalHits]) -> None:
+def check_join(questions: Sequence[Mapping[str, Any]], hits: Mapping[str, RetrievalHits]) -> None:
     """Refuse joins that would silently pair a question with another question's retrieval:
     ids whose question text differs, ids unknown to the question set, and (text-keyed files)
     question texts shared by questions with different answers."""
@@ -377,81 +384,3 @@ def load_passage_texts(path: str | os.PathLike) -> list[str]:
         (f"{r['title']} {r['text']}" if r.get("title") else r["text"])
         for r in read_jsonl(path, required=("id",), nonempty=("text",))
     ]
-
-
-def run_popularity(
-    passages_path: str | os.PathLike,
-    eq_dir: str | os.PathLike,
-    retrievals: Mapping[str, str | os.PathLike],
-    out_dir: str | os.PathLike,
-    ks: Sequence[int] = (20,),
-    bm25_k: int = 1000,
-    scheme: str = "log",
-    n_buckets: int = 5,
-    base: float = 10.0,
-    id_prefix: str = EQ_ID_PREFIX,
-    on_short: str = "warn",
-) -> PopularityResult:
-    """Figure 3 end to end: popularity per question, recall@k per bucket, CSVs, PNG, manifest.
-
-    `retrievals` maps a granularity label to its DPR-format retrieval.json; only questions
-    that occur in at least one of them are scored (all EQ questions when it is empty). Records
-    join questions by id (`{id_prefix}-{relation}-{index}`, the dataset config's name as the
-    prefix), by question text only for files without ids.
-    """
-    import csv
-
-    from densex.report.plots import plot_popularity
-    from densex.utils.cache import hash_file
-    from densex.utils.io import atomic_open, write_manifest
-
-    out = Path(out_dir)
-    questions = load_eq_questions(eq_dir, id_prefix=id_prefix)
-    total, extracted = len(questions), sum(q["entity"] is not None for q in questions)
-    hits = {g: retrieval_hits(p, ks, on_short=on_short) for g, p in retrievals.items()}
-    _check_join(questions, hits)
-    if hits:
-        questions = [q for q in questions if any(h.lookup(q) is not None for h in hits.values())]
-        if not questions:
-            raise DataError(
-                next(iter(retrievals.values())),
-                None,
-                "question",
-                "no EntityQuestions question found",
-            )
-    questions = [q for q in questions if q["entity"] is not None]
-    popularity = bm25_popularity(
-        [q["entity"] for q in questions], load_passage_texts(passages_path), bm25_k
-    )
-    result = popularity_recall(questions, popularity, hits, ks, scheme, n_buckets, base)
-
-    with atomic_open(out / "question_popularity.csv") as f:
-        w = csv.writer(f, lineterminator="\n")
-        w.writerow(["id", "relation", "question", "entity", "popularity", "bucket"])
-        for q in result.questions:
-            w.writerow(
-                [q["id"], q["relation"], q["question"], q["entity"], q["popularity"], q["bucket"]]
-            )
-    if result.table:
-        with atomic_open(out / "popularity_recall.csv") as f:
-            w = csv.DictWriter(f, fieldnames=list(result.table[0]), lineterminator="\n")
-            w.writeheader()
-            w.writerows(result.table)
-        plot_popularity(result.table, out / "popularity_recall.png", k=max(ks))
-    write_manifest(
-        out / "popularity_manifest.json",
-        passages=str(passages_path),
-        passages_sha256=hash_file(passages_path),
-        eq_dir=str(eq_dir),
-        extraction_rate=round(100.0 * extracted / total, 3),
-        questions_scored=len(result.questions),
-        retrievals={g: str(p) for g, p in retrievals.items()},
-        joined_by={g: h.key for g, h in hits.items()},
-        short_retrievals={g: h.short for g, h in hits.items()},
-        id_prefix=id_prefix,
-        ks=list(ks),
-        bm25_k=bm25_k,
-        scheme=scheme,
-        edges=result.edges,
-    )
-    return result

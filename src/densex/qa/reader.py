@@ -14,9 +14,11 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from densex.utils.generation import generate_sorted
 from densex.utils.logging import get_logger
 from densex.utils.models import resolve_dtype, resolve_model
 from densex.utils.progress import Progress
+from densex.utils.tiny_t5 import ensure_tiny_t5
 
 log = get_logger(__name__)
 
@@ -90,8 +92,6 @@ class Reader:
 
     def answer(self, questions: Sequence[str], contexts: Sequence[str]) -> list[str]:
         """One greedy answer per (question, context), in input order."""
-        import torch
-
         if len(questions) != len(contexts):
             raise ValueError(f"{len(questions)} questions but {len(contexts)} contexts")
         inputs = [self.format_input(q, c) for q, c in zip(questions, contexts)]
@@ -104,30 +104,23 @@ class Reader:
                 len(inputs),
                 self.max_input_tokens,
             )
-        order = sorted(range(len(inputs)), key=lambda i: -lengths[i])
-        answers: list[str] = [""] * len(inputs)
-        with torch.inference_mode(), Progress("reader", len(order), "questions") as progress:
-            for start in range(0, len(order), self.batch_size):
-                idx = order[start : start + self.batch_size]
-                batch = self.tokenizer(
-                    [inputs[i] for i in idx],
-                    padding=True,
-                    truncation=True,
-                    max_length=self.max_input_tokens,
-                    return_tensors="pt",
-                ).to(self.device)
-                out = self.model.generate(
-                    **batch, max_new_tokens=self.max_new_tokens, do_sample=False, num_beams=1
-                )
-                for i, text in zip(idx, self.tokenizer.batch_decode(out, skip_special_tokens=True)):
-                    answers[i] = text.strip()
-                progress.advance(len(idx))
+        with Progress("reader", len(inputs), "questions") as progress:
+            texts, _ = generate_sorted(
+                self.model,
+                self.tokenizer,
+                inputs,
+                self.batch_size,
+                self.max_new_tokens,
+                lengths=lengths,
+                on_batch=progress.advance,
+                device=self.device,
+            )
+        answers = [text.strip() for text in texts]
         return answers
 
 
 def tiny_reader(out_dir: str | os.PathLike, **kwargs: Any) -> Reader:
     """A `Reader` over a tiny random T5 built once in `out_dir` (tests and CPU smoke runs)."""
-    from densex.utils.tiny_t5 import ensure_tiny_t5
 
     out = ensure_tiny_t5(out_dir)  # built once, atomically (concurrent jobs: first one wins)
     kwargs.setdefault("name", "tiny")

@@ -25,6 +25,8 @@ from densex.report.table2 import (
     table2_rows,
     write_table2,
 )
+from densex.report.table3 import write_table3
+from densex.report.wandb_log import init_run, log_files, log_table
 
 log = logging.getLogger(__name__)
 
@@ -54,12 +56,11 @@ def aggregate_sweep(
     written: dict[str, Any] = {"rows": rows, "table2": table, "table2_md": sweep_dir / "table2.md"}
 
     if any(k.startswith("em@") for row in rows for k in row):
-        from densex.report.table3 import write_table3
-
         written["table3"] = write_table3(rows, sweep_dir)
     job_dirs = [Path(r["job_dir"]) for r in rows]
     curve_dirs = [d for d in dict.fromkeys(job_dirs) if (d / "answer_recall_by_words.csv").exists()]
     if curve_dirs:
+        # lazy: plots pulls matplotlib and qa.cell (torch, transformers: ~10 s) per sweep end
         from densex.report.plots import plot_answer_recall
 
         budgets = sorted({100, 500, *(int(r["budget"]) for r in rows if r.get("budget"))})
@@ -68,8 +69,6 @@ def aggregate_sweep(
         )
 
     if config is not None:
-        from densex.report.wandb_log import init_run, log_files, log_table
-
         run = init_run(config, save_dir=sweep_dir, name="table2", job_type="aggregate")
         if run is not None:
             log_table(run, "table2", table)

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from densex.metrics.propositions import STOPWORDS_NAME, stopwords, word_stats
+from densex.report.wandb_log import log_table
 from densex.utils.io import atomic_open, write_json
 
 __all__ = [
@@ -312,7 +313,6 @@ def log_report(
 ) -> None:
     """Log the aggregate table (`propositions_report`), the per-passage rows
     (`propositions_per_passage`) and each system's scalars (`{system}/{metric}`) to a W&B run."""
-    from densex.report.wandb_log import log_table
 
     metrics = {
         f"{r['system']}/{k}": float(v)

@@ -17,16 +17,13 @@ from typing import Any
 
 from densex.report.naming import (
     DATASET_LABEL,
-    DATASET_ORDER,
-    GRANULARITY_ORDER,
-    RETRIEVER_ORDER,
-    ordered,
 )
+from densex.report.pivot import RESULT_FIELDS, cell_key, duplicate_cell, pivot_axes
 from densex.utils.io import DataError, atomic_open, read_jsonl
+from densex.utils.logging import render
 
 GAIN = "gain"  # the granularity label of the proposition - passage row
 
-RESULT_FIELDS = ("retriever", "granularity", "dataset")
 # what else tells conditions apart: shown as row labels only when it varies within the rows
 CONDITION_FIELDS = ("corpus", "index")
 # what repeats of a cell may differ in without changing retrieval (they are averaged)
@@ -50,13 +47,6 @@ def load_results(paths: Iterable[str | os.PathLike]) -> list[dict[str, Any]]:
         for row in read_jsonl(path, nonempty=RESULT_FIELDS):
             rows.append({**row, "job_dir": str(Path(path).parent)})
     return rows
-
-
-def _cond(value: Any) -> str | None:
-    """A condition value as a label (a config node by its name); None when absent."""
-    if isinstance(value, dict):
-        value = value.get("name")
-    return None if value is None else str(value)
 
 
 def table2_rows(
@@ -84,29 +74,21 @@ def table2_rows(
         for _, field in metrics:
             if field not in row:
                 raise DataError(row.get("job_dir", "<rows>"), i + 1, field, "missing")
-        cond = tuple(_cond(row.get(f)) for f in CONDITION_FIELDS)
-        key = (*cond, str(row["retriever"]), str(row["granularity"]), str(row["dataset"]))
+        key = cell_key(row, CONDITION_FIELDS)
         full = (*key, *(str(row.get(f)) for f in REPEAT_FIELDS))
         if full in seen:
             j, other = seen[full]
-            where = lambda r, n: r.get("job_dir") or f"row {n}"  # noqa: E731
-            raise DataError(
-                row.get("job_dir", "<rows>"),
-                i + 1,
-                "retriever/granularity/dataset",
-                "two results for the same Table 2 cell "
-                + ", ".join(f"{f}={v}" for f, v in zip((*CONDITION_FIELDS, *RESULT_FIELDS), key))
-                + f" (also in {where(other, j + 1)}); they differ only in settings the table"
-                " does not show: aggregate them in separate sweep dirs",
+            names = (*CONDITION_FIELDS, *RESULT_FIELDS)
+            where = other.get("job_dir") or f"row {j + 1}"
+            raise duplicate_cell(
+                row, i + 1, "retriever/granularity/dataset", "Table 2", names, key, where
             )
         seen[full] = (i, row)
         cells.setdefault(key, []).append(row)
-    n_cond = len(CONDITION_FIELDS)
-    conds = list(dict.fromkeys(c[:n_cond] for c in cells))
-    varying = [f for j, f in enumerate(CONDITION_FIELDS) if len({c[j] for c in conds}) > 1]
-    retrievers = ordered((c[n_cond] for c in cells), RETRIEVER_ORDER)
-    granularities = ordered((c[n_cond + 1] for c in cells), GRANULARITY_ORDER)
-    datasets = ordered((c[n_cond + 2] for c in cells), DATASET_ORDER)
+    axes = pivot_axes(cells, len(CONDITION_FIELDS))
+    varying = [CONDITION_FIELDS[j] for j in axes.varying]
+    retrievers, conds = axes.retrievers, axes.conds
+    granularities, datasets = axes.granularities, axes.datasets
     columns = [f"{d} {m}" for d in datasets for m, _ in metrics] + [f"Avg {m}" for m, _ in metrics]
 
     out: list[dict[str, Any]] = []
@@ -202,6 +184,7 @@ def full_metrics(
 ) -> list[tuple[str, str]]:
     """Every recall cut-off all rows have (`R@k`), then answer recall at `words` (`AR@l`)
     where every row has it (from the row, else read from its job's curve file into it)."""
+    # lazy: qa.cell pulls the reader (torch, transformers, Lightning: ~10 s); tables need none
     from densex.qa.cell import CURVE_FILE, read_curve
 
     ks = sorted(
@@ -266,8 +249,6 @@ def print_table2(
     """A rich table on stdout, one section per retriever, at its natural width (no wrapping,
     no escapes when stdout is a file)."""
     from rich.table import Table
-
-    from densex.utils.logging import render
 
     cols = display_columns(table)
     block_cols = label_columns(table)[:-1]

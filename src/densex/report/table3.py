@@ -15,13 +15,10 @@ from pathlib import Path
 from typing import Any
 
 from densex.report.naming import (
-    DATASET_ORDER,
-    GRANULARITY_ORDER,
-    RETRIEVER_ORDER,
     display_name,
-    ordered,
 )
-from densex.utils.io import DataError, atomic_open
+from densex.report.pivot import RESULT_FIELDS, cell_key, duplicate_cell, pivot_axes
+from densex.utils.io import atomic_open
 from densex.utils.logging import get_logger
 
 log = get_logger(__name__)
@@ -34,12 +31,6 @@ CONDITION_FIELDS = ("corpus", "index", "reader")
 
 def _name(key: str) -> str:
     return display_name(key)
-
-
-def _cond(value: Any) -> str | None:
-    if isinstance(value, Mapping):  # a config node rather than its name
-        value = value.get("name")
-    return None if value is None else str(value)
 
 
 def em_cells(rows: Iterable[Mapping[str, Any]]) -> dict[tuple, float]:
@@ -55,25 +46,11 @@ def em_cells(rows: Iterable[Mapping[str, Any]]) -> dict[tuple, float]:
             m = _EM.match(str(key))
             if not m or value is None:
                 continue
-            cell = (
-                *(_cond(row.get(f)) for f in CONDITION_FIELDS),
-                str(row["retriever"]),
-                str(row["granularity"]),
-                str(row["dataset"]),
-                int(m[1]),
-            )
+            cell = (*cell_key(row, CONDITION_FIELDS), int(m[1]))
             job = str(row.get("job_dir") or f"row {i + 1}")
             if cell in cells:
-                names = (*CONDITION_FIELDS, "retriever", "granularity", "dataset", "budget")
-                raise DataError(
-                    row.get("job_dir", "<rows>"),
-                    i + 1,
-                    key,
-                    "two results for the same Table 3 cell "
-                    + ", ".join(f"{n}={v}" for n, v in zip(names, cell))
-                    + f" (also in {where[cell]}); they differ only in settings the table does"
-                    " not show: aggregate them in separate sweep dirs",
-                )
+                names = (*CONDITION_FIELDS, *RESULT_FIELDS, "budget")
+                raise duplicate_cell(row, i + 1, key, "Table 3", names, cell, where[cell])
             cells[cell] = float(value)
             where[cell] = job
     return cells
@@ -84,11 +61,9 @@ def table3_rows(rows: Iterable[Mapping[str, Any]]) -> tuple[list[str], list[list
     one float or None per column."""
     cells = em_cells(rows)
     n = len(CONDITION_FIELDS)
-    conds = list(dict.fromkeys(c[:n] for c in cells))
-    varying = [j for j in range(n) if len({c[j] for c in conds}) > 1]
-    retrievers = ordered((c[n] for c in cells), RETRIEVER_ORDER)
-    grans = ordered((c[n + 1] for c in cells), GRANULARITY_ORDER)
-    datasets = ordered((c[n + 2] for c in cells), DATASET_ORDER)
+    axes = pivot_axes(cells, n)
+    conds, varying, retrievers = axes.conds, axes.varying, axes.retrievers
+    grans, datasets = axes.granularities, axes.datasets
     budgets = sorted({c[n + 3] for c in cells})
     header = ["retriever", *(CONDITION_FIELDS[j] for j in varying), "granularity"]
     header += [f"{d} EM@{b}" for d in datasets for b in budgets]

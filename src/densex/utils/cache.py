@@ -14,7 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from densex.utils.io import file_sha256
+from densex.utils.io import file_sha256, mkdtemp, write_manifest
 
 _file_hash_memo: dict[tuple[str, int, int], str] = {}
 
@@ -54,8 +54,6 @@ def ensure_built_dir(
     `manifest` (if given) is written beside the build's files.
     """
     import shutil
-
-    from densex.utils.io import mkdtemp, write_manifest
 
     out = Path(out_dir)
     if (out / marker).exists():

@@ -20,6 +20,8 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from densex.utils.io import atomic_open
+
 MASK = "***"
 # config keys / env names whose values are secrets (`api_key_env` holds a *name*: not matched)
 _SECRET_NAME = re.compile(
@@ -133,7 +135,6 @@ def install_log_redaction() -> None:
 
 def redact_file(path: str | os.PathLike) -> bool:
     """Rewrite a text file with `redact_text` applied (atomically); True when it changed."""
-    from densex.utils.io import atomic_open
 
     p = Path(path)
     if not p.is_file():

@@ -11,6 +11,8 @@ import os
 from collections.abc import Iterable
 from pathlib import Path
 
+from densex.utils.cache import artifact_dir, content_key, ensure_built_dir
+
 _DEFAULT_TEXT = (
     "Title: Eostre. Section: Theories and interpretations. Content: Eostre is a goddess. "
     '["Eostre is a goddess.", "The word Easter comes from Eostre."] '
@@ -92,7 +94,6 @@ def ensure_tiny_t5(
 ) -> Path:
     """`out_dir` holding a tiny T5 (`build_tiny_t5(texts, **spec)`), built once, atomically
     (`densex.utils.cache.ensure_built_dir`); `manifest` (if given) is written beside it."""
-    from densex.utils.cache import ensure_built_dir
 
     texts = list(texts)
     return ensure_built_dir(out_dir, lambda tmp: build_tiny_t5(tmp, texts=texts, **spec), manifest)
@@ -102,8 +103,6 @@ def cached_tiny_t5(cache_dir: str | os.PathLike, texts: Iterable[str] = (), **sp
     """A tiny T5 in `<cache_dir>/tiny_t5/<key>`, keyed by the texts' hash and the build spec
     (`ensure_tiny_t5`: built once, atomically, with a manifest)."""
     import hashlib
-
-    from densex.utils.cache import artifact_dir, content_key
 
     texts = list(texts)
     h = hashlib.sha256("\n".join(texts).encode("utf-8")).hexdigest()

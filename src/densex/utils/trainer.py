@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytorch_lightning as pl
+from omegaconf import DictConfig, OmegaConf
 from pytorch_lightning.callbacks.progress import ProgressBar
 
 from densex.utils.models import resolve_precision
@@ -23,14 +24,8 @@ PREDICT_OVERRIDES: dict[str, Any] = {
 
 
 class CloseSpawnedProcessGroup(pl.Callback):
-    """Destroy the gloo/NCCL process group when a spawned worker finishes (`ddp_spawn`).
-
-    Without it a worker can abort at interpreter exit ("terminate called without an active
-    exception", SIGABRT) while gloo threads are still alive, and `Trainer.fit`/`predict` then
-    fails in the main process although the work was done: seen in 3 of 6 bare Lightning 2.6 +
-    torch 2.13 CPU runs of a two-process fit, 0 of 6 with this callback. Only spawn-launched
-    workers are touched: under `strategy=ddp` the processes go on and still need the group.
-    """
+    """Destroy the process group when a spawned (`ddp_spawn`) worker finishes; `strategy=ddp`
+    processes keep theirs. Why: docs/architecture.md, "Design notes: spawned workers"."""
 
     def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         import torch.distributed as dist
@@ -97,14 +92,6 @@ def multirun_safe_strategy(strategy: Any, devices: Any = 1, num_nodes: Any = 1) 
     return "ddp_spawn"
 
 
-def _plain(value: Any) -> Any:
-    from omegaconf import DictConfig, ListConfig, OmegaConf
-
-    if isinstance(value, (DictConfig, ListConfig)):
-        return OmegaConf.to_container(value, resolve=True)
-    return value
-
-
 def trainer_kwargs(
     trainer_cfg: Mapping[str, Any] | Any | None,
     root_dir: str | Path | None = None,
@@ -115,8 +102,6 @@ def trainer_kwargs(
     A Hydra node is read key by key, so an interpolation that is overridden here (the
     `default_root_dir: ${paths.output_dir}` of `conf/trainer/default.yaml`) is never resolved.
     """
-    from omegaconf import DictConfig
-
     if trainer_cfg is None:
         cfg: dict[str, Any] = {"accelerator": "auto", "devices": 1}
     else:
@@ -127,7 +112,10 @@ def trainer_kwargs(
         if isinstance(trainer_cfg, DictConfig):
             for key in trainer_cfg:
                 if key not in skip:
-                    cfg[str(key)] = _plain(trainer_cfg[key])
+                    value = trainer_cfg[key]  # resolved here, with the whole config as root
+                    if OmegaConf.is_config(value):
+                        value = OmegaConf.to_container(value, resolve=True)
+                    cfg[str(key)] = value
         else:
             cfg.update({k: v for k, v in dict(trainer_cfg).items() if k not in skip})
     if root_dir is not None:

@@ -1,0 +1,99 @@
+"""The propositions file both backends write (the seq2seq model in `generate.py`, the LLM
+teacher in `teacher.py`): the model input of a passage, the parse with fallbacks, and the
+`{"id", "propositions"}` JSONL + `manifest.json` beside it. Neither backend imports the other.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from densex.propositionizer.data import format_source
+from densex.propositionizer.parse import ParseLimits, ParseStats, SentenceSplitter, resolve_output
+from densex.utils.integrity import file_record
+from densex.utils.io import write_jsonl, write_manifest
+from densex.utils.logging import get_logger
+
+log = get_logger(__name__)
+
+__all__ = ["NO_SKIPS", "manifest_path", "passage_source", "write_propositions"]
+
+# the manifest's `skipped` when the passage reader skipped nothing
+NO_SKIPS: dict[str, Any] = {"total": 0, "by_field": {}, "examples": []}
+
+
+def passage_source(passage: Mapping[str, Any]) -> str:
+    """The model input for a passage, `Title: {title}. Section: {section}. Content: {text}`:
+    the same string as the training pairs (`data.format_source`), so a fine-tuned checkpoint
+    sees at inference exactly what it was trained on."""
+    return format_source(passage.get("title") or "", passage.get("section") or "", passage["text"])
+
+
+def manifest_path(out_path: str | os.PathLike) -> Path:
+    """Where the manifest of a propositions file lives: `manifest.json` beside it."""
+    return Path(out_path).parent / "manifest.json"
+
+
+def write_propositions(
+    passages: Sequence[Mapping[str, Any]],
+    raws: Sequence[str | None],
+    out_path: str | os.PathLike,
+    fallback: str = "sentences",
+    spacy_model: str | None = "en_core_web_lg",
+    limits: ParseLimits | None = None,
+    **manifest: Any,
+) -> ParseStats:
+    """Parse every raw output (with fallbacks, within `limits`) and write the propositions
+    file + manifest (with the file's size and content hash, checked before reuse).
+
+    One row per passage, in passage order: N passages in, N rows out. An error while parsing
+    names the passage; rejected outputs are counted and the first few ids logged.
+    """
+    if len(raws) != len(passages):
+        raise ValueError(f"{len(raws)} outputs for {len(passages)} passages")
+    split = SentenceSplitter(spacy_model)
+    stats = ParseStats()
+    limits = limits or ParseLimits()
+    rows, rejected_ids = [], []
+    for passage, raw in zip(passages, raws):
+        try:
+            resolved = resolve_output(raw, passage["text"], fallback, split, limits)
+        except Exception as e:
+            raise ValueError(f"passage {passage['id']!r}: parsing its output failed: {e}") from e
+        if resolved.result.rejected:
+            rejected_ids.append(passage["id"])
+            if len(rejected_ids) <= 5:
+                log.warning(
+                    "passage %r: output rejected (%s); fallback %s",
+                    passage["id"],
+                    resolved.result.error,
+                    fallback,
+                )
+        stats.add(resolved)
+        rows.append({"id": passage["id"], "propositions": resolved.propositions})
+    write_jsonl(out_path, rows)
+    counts = stats.as_dict()
+    write_manifest(
+        manifest_path(out_path),
+        artifact=Path(out_path).name,
+        **counts,
+        rejected_examples=rejected_ids[:20],
+        limits=dataclasses.asdict(limits),
+        fallback=fallback,
+        file=file_record(out_path),
+        **manifest,
+    )
+    log.info(
+        "wrote %d passages -> %d propositions to %s (strict %d, repaired %d, fallbacks %s, dropped %d)",
+        counts["passages"],
+        counts["propositions"],
+        out_path,
+        counts["parsed_strict"],
+        counts["repaired"],
+        counts["fallbacks"],
+        counts["items_dropped"],
+    )
+    return stats
