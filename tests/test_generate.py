@@ -399,7 +399,7 @@ def test_a_hub_id_is_keyed_by_its_resolved_commit(tiny_t5, squad_open, tmp_path,
     _fake_hub_snapshot(cache, "densex-test/tiny-t5", tiny_t5, c1)
     assert gen.hub_commit("densex-test/tiny-t5") == c1
     assert gen.hub_commit("densex-test/not-cached") is None  # offline, unknown: id only
-    assert gen._model_fingerprint("densex-test/not-cached") == {
+    assert gen.model_fingerprint("densex-test/not-cached") == {
         "hub_id": "densex-test/not-cached",
         "commit": None,
     }

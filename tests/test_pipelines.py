@@ -489,18 +489,6 @@ def test_fetch_units_for_words_extends_only_short_results():
     assert len(a.unit_rows) == len(b.unit_rows) == n_units
 
 
-def test_global_rank_from_environment(monkeypatch):
-    from densex.pipelines.index import global_rank
-
-    for var in ("RANK", "SLURM_PROCID", "LOCAL_RANK"):
-        monkeypatch.delenv(var, raising=False)
-    assert global_rank() == 0
-    monkeypatch.setenv("LOCAL_RANK", "2")
-    assert global_rank() == 2
-    monkeypatch.setenv("RANK", "3")
-    assert global_rank() == 3
-
-
 def test_evaluate_non_zero_rank_writes_nothing(repo_root, small, monkeypatch, tmp_path):
     """trainer.strategy=ddp re-runs the script per rank: rank 1 encodes, then returns."""
     import densex.retrieval.build as build
@@ -521,18 +509,6 @@ def test_evaluate_non_zero_rank_writes_nothing(repo_root, small, monkeypatch, tm
     assert np.isnan(run(cfg))
     assert len(calls) == 1  # every rank takes part in encoding
     assert not list((tmp_path / "run").glob("*"))  # no results, retrieval files, W&B
-
-
-def test_wait_for_file(tmp_path):
-    import threading
-
-    from densex.pipelines.index import wait_for_file
-
-    path = tmp_path / "props.jsonl"
-    threading.Timer(0.2, path.write_text, args=("{}\n",)).start()
-    assert wait_for_file(path, timeout_s=10, poll_s=0.05) == path
-    with pytest.raises(TimeoutError, match="did not appear"):
-        wait_for_file(tmp_path / "never", timeout_s=0.1, poll_s=0.05)
 
 
 def _index_cfg(repo_root: Path, overrides: list[str]):

@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
+from densex.utils.distributed import global_rank
 from densex.utils.io import DataError, JsonStream, atomic_open, write_jsonl
 from densex.utils.logging import get_logger
 from densex.utils.progress import track
@@ -74,7 +75,6 @@ def run(cfg: DictConfig) -> float:
         from densex.pipelines.propositions import run as run_propositions
 
         return run_propositions(cfg)
-    from densex.pipelines.index import global_rank
     from densex.utils.integrity import configure as configure_cache
     from densex.utils.integrity import remove_orphans
 
@@ -122,6 +122,17 @@ def run(cfg: DictConfig) -> float:
     _write_cell_files(cfg, out_dir, row, curve, questions, hits, topk, per_q)
     print_metrics(row)
     _log_wandb(cfg, row, samples, cell.units, results, curve)
+    return optimized_metric_value(cfg, metrics, topk)
+
+
+def optimized_metric_value(cfg: DictConfig, metrics: dict[str, Any], topk: list[int]) -> float:
+    """The value Hydra sweepers optimise: `cfg.optimized_metric` (e.g. recall@20, em@100), else
+    recall at the largest cut-off up to 20."""
+    name = cfg.get("optimized_metric")
+    if name and name in metrics:
+        return float(metrics[name])
+    if name:
+        log.warning("optimized_metric %r is not among this cell's metrics; using recall@k", name)
     target = max([k for k in topk if k <= 20], default=topk[0])
     return metrics[f"recall@{target}"]
 

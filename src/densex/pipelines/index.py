@@ -12,14 +12,13 @@ indexes once, before a sweep fans out.
 
 from __future__ import annotations
 
-import os
-import time
 from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
 from densex.utils.cache import artifact_dir, content_key, hash_file
+from densex.utils.distributed import global_rank
 from densex.utils.integrity import configure, handle_damage, remove_orphans, verify_files
 from densex.utils.io import DataError
 from densex.utils.logging import get_logger
@@ -29,39 +28,18 @@ log = get_logger(__name__)
 STAGES = ("units", "propositions", "embed", "index", "all", "plan")
 
 
-def global_rank() -> int:
-    """This process's rank in a multi-process (ddp) run; 0 when there is only one.
-
-    With `trainer.strategy=ddp` (not spawn) Lightning re-launches the whole script once per
-    device, so every rank runs the pipeline: the process group (set up by `Trainer.predict`)
-    answers first, then the launcher's environment (`RANK`, `SLURM_PROCID`, `LOCAL_RANK`).
-    """
-    try:
-        import torch.distributed as dist
-
-        if dist.is_available() and dist.is_initialized():
-            return int(dist.get_rank())
-    except ImportError:  # pragma: no cover - torch is a dependency
-        pass
-    for var in ("RANK", "SLURM_PROCID", "LOCAL_RANK"):
-        value = os.environ.get(var)
-        if value not in (None, ""):
-            return int(value)
-    return 0
-
-
 def propositions_key(cfg: DictConfig, passages_path: Path) -> str:
     """Cache key of generated propositions: the passages, the settings, and the content behind
     them that a path string hides: the model checkpoint's files (the fingerprint
     `generate.py` keys its shards with) and the teacher's prompt template (sha256)."""
-    from densex.propositionizer.generate import _model_fingerprint, effective_dtype
+    from densex.propositionizer.generate import effective_dtype, model_fingerprint
     from densex.utils.models import resolve_model
 
     settings = OmegaConf.to_container(cfg.propositionizer, resolve=True)
     ptype = str(settings.get("type", "model"))
     content: dict[str, Any] = {}
     if ptype == "model" and settings.get("model") not in (None, "???"):
-        content["model"] = _model_fingerprint(resolve_model(str(settings["model"])))
+        content["model"] = model_fingerprint(resolve_model(str(settings["model"])))
         # `auto` means bf16 on a GPU and fp32 on CPU: key by what generation really runs in
         content["dtype"] = effective_dtype(str(settings.get("dtype", "auto")), cfg.get("trainer"))
     if ptype == "teacher" or settings.get("prompt"):
@@ -96,10 +74,8 @@ def generated_propositions(cfg: DictConfig, passages_path: Path) -> Path:
     if path.exists() and _propositions_intact(path):
         log.info("propositions cached at %s", path)
         return path
+    # ddp: every rank generates its shards, rank 0 merges; all return after the merge (barrier)
     generate_propositions(passages_path, cfg.propositionizer, path, cfg.get("trainer"))
-    if not path.exists() and global_rank() != 0:
-        # ddp: generate.py lets rank 0 merge the shards; the other ranks wait for its file
-        wait_for_file(path)
     return path
 
 
@@ -115,16 +91,6 @@ def _propositions_intact(path: Path) -> bool:
         record = None
     problems = verify_files(path.parent, {path.name: record})
     return not handle_damage(problems, "propositions", f"rebuild: rm -r {path.parent}")
-
-
-def wait_for_file(path: Path, timeout_s: float = 3600.0, poll_s: float = 1.0) -> Path:
-    """Block until `path` exists (written atomically by another rank) or raise TimeoutError."""
-    deadline = time.monotonic() + timeout_s
-    while not path.exists():
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"rank {global_rank()}: {path} did not appear in {timeout_s:.0f} s")
-        time.sleep(poll_s)
-    return path
 
 
 def build_corpus_units(cfg: DictConfig, with_generated: bool) -> Any:

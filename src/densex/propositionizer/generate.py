@@ -194,10 +194,6 @@ def model_fingerprint(model: str, cache_dir: str | os.PathLike | None = None) ->
     return {"hub_id": model, "commit": hub_commit(model, cache_dir)}
 
 
-# the former private name, still imported by `pipelines/index.py`
-_model_fingerprint = model_fingerprint
-
-
 def effective_dtype(name: str, trainer_cfg: Mapping[str, Any] | Any = None) -> str:
     """The dtype generation runs in: `float32|bfloat16|float16`, with `auto` resolved for the
     trainer's accelerator (bfloat16 on a bf16 CUDA GPU, float32 on CPU and elsewhere)."""
@@ -253,8 +249,9 @@ def _run_pending(
     settings: Mapping[str, Any],
     shard_dir: Path,
     trainer_cfg: Any,
-) -> bool:
-    """Generate the `pending` shards with `Trainer.predict`; True on the rank that merges."""
+) -> pl.Trainer:
+    """Generate the `pending` shards with `Trainer.predict`; the trainer, after every rank's
+    shards are on disk (under ddp every rank runs this; rank 0 merges)."""
     module = PropositionGenerator(model, pending, **settings)
     # 32-true: the weights' own dtype decides; the trainer's `precision: auto` would
     # otherwise wrap predict_step in bf16 autocast behind the manifest's back
@@ -263,7 +260,7 @@ def _run_pending(
     )
     trainer.predict(module, return_predictions=False)
     trainer.strategy.barrier("propositions-shards")  # every rank's shards are on disk
-    return trainer.is_global_zero  # ddp (not spawn): rank 0 merges
+    return trainer
 
 
 def _collect_shards(shards: Sequence[Mapping[str, Any]], shard_dir: Path) -> tuple[list[str], int]:
@@ -316,7 +313,9 @@ def _generate_with_model(
         *(model, len(passages), len(shards), len(pending), shard_dir),
     )
     t0 = time.perf_counter()
-    if pending and not _run_pending(model, pending, settings, shard_dir, trainer_cfg):
+    trainer = _run_pending(model, pending, settings, shard_dir, trainer_cfg) if pending else None
+    if trainer is not None and not trainer.is_global_zero:  # ddp (not spawn): rank 0 merges
+        trainer.strategy.barrier("propositions-merged")  # ... and the others wait for it
         return out_path
     seconds = time.perf_counter() - t0
     raws, cut = _collect_shards(shards, shard_dir)
@@ -348,6 +347,8 @@ def _generate_with_model(
         skipped=dict(skipped or NO_SKIPS),
         generation_seconds=round(seconds, 3),
     )
+    if trainer is not None:
+        trainer.strategy.barrier("propositions-merged")  # the other ranks may read it now
     return out_path
 
 
