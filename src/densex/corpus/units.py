@@ -43,6 +43,7 @@ from densex.corpus.segment import (
     split_sentences_many,
 )
 from densex.utils.cache import artifact_dir, content_key, hash_file
+from densex.utils.config import plain_data
 from densex.utils.integrity import file_records, handle_damage, remove_orphans, verify_files
 from densex.utils.io import DataError, atomic_open, read_json, write_json, write_manifest
 from densex.utils.logging import get_logger
@@ -100,11 +101,6 @@ class UnitFiles:
         return granularity in self.units
 
 
-def _cfg(corpus_cfg: Mapping[str, Any], key: str, default: Any = None) -> Any:
-    value = corpus_cfg.get(key, default)
-    return default if value is None else value
-
-
 def _segmentation(corpus_cfg: Mapping[str, Any]) -> dict[str, Any]:
     """Segmentation settings with defaults for missing keys (`spacy_model: null` or "" means
     spaCy's rule-based sentencizer)."""
@@ -157,7 +153,7 @@ def units_key(
     parts: dict[str, Any] = {
         "version": UNITS_FORMAT_VERSION,
         "sentencizer": sentencizer_id(seg["spacy_model"]),
-        "on_error": _cfg(corpus_cfg, "on_error", "raise"),
+        "on_error": corpus_cfg.get("on_error") or "raise",
         "granularities": list(_granularities(corpus_cfg)),
         "shard_rows": int(corpus_cfg.get("shard_rows") or DEFAULT_SHARD_ROWS),
     }
@@ -482,15 +478,6 @@ def _export_passages(out: Path) -> None:
                 f.write(jsonl_line(row))
 
 
-def _to_container(corpus_cfg: Mapping[str, Any]) -> dict[str, Any]:
-    """The resolved corpus config as plain JSON (objects such as a `Dataset` become strings)."""
-    from omegaconf import DictConfig, OmegaConf
-
-    if isinstance(corpus_cfg, DictConfig):
-        corpus_cfg = OmegaConf.to_container(corpus_cfg, resolve=True)  # type: ignore[assignment]
-    return json.loads(json.dumps(dict(corpus_cfg), default=str))
-
-
 def _files(out_dir: Path, manifest: dict[str, Any]) -> UnitFiles:
     stats = manifest["units"]
     return UnitFiles(
@@ -600,7 +587,7 @@ def build_units(
     _start_fresh_unless_resuming(out, key, overwrite)
     start = time.perf_counter()
     seg = _segmentation(corpus_cfg)
-    skips = Skips(_cfg(corpus_cfg, "on_error", "raise"))
+    skips = Skips(corpus_cfg.get("on_error") or "raise")
     wanted = _granularities(corpus_cfg)
     sources = dict(corpus_cfg.get("sources") or {})
     _build_passage_shards(corpus_cfg, out, skips, [g for g in wanted if not sources.get(g)])
@@ -618,7 +605,7 @@ def build_units(
         "tables": {t: f"arrow/{t}" for t in ("passages", *grans)},
         "inputs": _inputs(corpus_cfg, propositions_path, "proposition" in grans),
         "sentencizer": sentencizer_id(seg["spacy_model"]),
-        "config": _to_container(corpus_cfg),
+        "config": json.loads(json.dumps(plain_data(corpus_cfg), default=str)),
         "skipped": skips.summary(),
         "seconds": round(time.perf_counter() - start, 2),
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),

@@ -33,8 +33,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
+from densex.utils.config import plain_data
 from densex.utils.logging import get_logger, render
 
 log = get_logger(__name__)
@@ -93,19 +94,15 @@ PQ_M = 64
 # ----------------------------------------------------------------------------- inputs
 
 
-def _plain(node: Any) -> dict[str, Any]:
-    if node is None:
-        return {}
-    if isinstance(node, DictConfig):
-        return OmegaConf.to_container(node, resolve=True)  # type: ignore[return-value]
-    return dict(node)
+def _node_dict(node: Any) -> dict[str, Any]:
+    return dict(plain_data(node) or {})
 
 
 def retriever_dim(retriever_cfg: Mapping[str, Any]) -> tuple[int | None, str]:
     """(embedding dimension, where it came from) without any network access: `dim` (hash),
     a local model's files (sentence-transformers Dense module, else config.json), or
     `KNOWN_DIMS`; (None, "sparse") for a sparse retriever."""
-    r = _plain(retriever_cfg)
+    r = _node_dict(retriever_cfg)
     if str(r.get("type", "dense")) == "sparse":
         return None, "sparse"
     if r.get("dim"):
@@ -300,7 +297,7 @@ def _sampled_bytes_per_word(corpus: Mapping[str, Any]) -> tuple[float, str]:
 def corpus_units(corpus: Mapping[str, Any], cache_dir: str | os.PathLike) -> dict[str, dict]:
     """Per granularity `{count, bytes_per_unit, avg_words, source}` of the configured corpus:
     its units cache, else its input files, else `expected_units` (+ `expected_avg_words`)."""
-    corpus = _plain(corpus)
+    corpus = _node_dict(corpus)
     found = _from_units_cache(corpus, Path(cache_dir)) or _from_inputs(corpus)
     expected = corpus.get("expected_units") or {}
     avg_words = corpus.get("expected_avg_words") or {}
@@ -328,7 +325,7 @@ def _total_ram_gb() -> float:
 def machine(plan_cfg: Mapping[str, Any], cache_dir: str | os.PathLike) -> dict[str, Any]:
     """The machine to plan for: `plan.*` keys, defaulting to this one (RAM from sysconf, free
     disk where `paths.cache_dir` lives, GPUs and their memory from torch.cuda)."""
-    p = _plain(plan_cfg)
+    p = _node_dict(plan_cfg)
     gpus, gpu_mem = p.get("gpus"), p.get("gpu_mem_gb")
     if gpus is None or (gpus and gpu_mem is None):
         import torch
@@ -496,16 +493,16 @@ def plan(cfg: DictConfig | Mapping[str, Any]) -> list[dict[str, Any]]:
     built. Keys: corpus, granularity, units, count_source, bytes_per_unit, dim, *_bytes sizes
     (units, emb_fp32/fp16, flat_fp32/fp16, ivfpq, ram_whole, ram_mmap, gpu_*, disk_total),
     nlist, shards, gpus, encode_gpu_s, encode_here_s (when measured), search_*_s, fits."""
-    retriever = _plain(cfg["retriever"])
+    retriever = _node_dict(cfg["retriever"])
     dim, _ = retriever_dim(retriever)
     cache_dir = str(cfg["paths"]["cache_dir"])
     box = machine(cfg.get("plan"), cache_dir)
-    index_cfg = _plain(cfg.get("index"))
+    index_cfg = _node_dict(cfg.get("index"))
     budget = float(index_cfg.get("memory_budget_gb") or DEFAULT_MEMORY_BUDGET_GB)
     nprobe = int((index_cfg.get("params") or {}).get("nprobe") or 32)
     measured = measured_units_per_second(cache_dir, str(retriever.get("name")))
     flops = cpu_flops() if dim is not None else 1.0
-    corpus = _plain(cfg["corpus"])
+    corpus = _node_dict(cfg["corpus"])
     label = str(corpus.get("name") or "corpus")
     rows = plan_rows(label, corpus_units(corpus, cache_dir), retriever, dim, box, budget,
                      measured, flops, nprobe)  # fmt: skip

@@ -7,9 +7,11 @@ instead of arbitrary zero-score units.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -17,47 +19,34 @@ import bm25s
 import numpy as np
 from bm25s.tokenization import Tokenizer
 
+from densex.utils.config import from_config
 from densex.utils.integrity import DamagedArtifact, file_records, verify_files
 from densex.utils.io import DataError, mkdtemp, read_json, read_jsonl, write_json, write_manifest
 
-SPARSE_KEYS = (
-    "name",
-    "type",
-    "method",
-    "k1",
-    "b",
-    "stemmer",
-    "stopwords",
-    "lower",
-    "title",
-    "title_sep",
-)
+
+@dataclass(frozen=True)
+class BM25Spec:
+    """A `conf/retriever/bm25.yaml` node: Lucene BM25 with pyserini's k1/b by default."""
+
+    name: str = "bm25"
+    type: str = "sparse"
+    method: str = "lucene"
+    k1: float = 0.9
+    b: float = 0.4
+    stemmer: str | None = None  # e.g. english (needs PyStemmer)
+    stopwords: str | None = "en"
+    lower: bool = True
+    title: str = "prefix"  # prefix | none
+    title_sep: str = " "
+
+    def __post_init__(self) -> None:
+        if self.title not in ("prefix", "none"):
+            raise ValueError(f"bm25: title must be prefix or none, got {self.title!r}")
 
 
 def bm25_settings(cfg: Mapping[str, Any] | Any) -> dict[str, Any]:
     """Validated settings of a `conf/retriever/bm25.yaml` node (unknown keys are an error)."""
-    from densex.retrieval.encoders import _to_dict
-
-    data = {
-        "name": "bm25",
-        "type": "sparse",
-        "method": "lucene",
-        "k1": 0.9,
-        "b": 0.4,
-        "stemmer": None,
-        "stopwords": "en",
-        "lower": True,
-        "title": "prefix",
-        "title_sep": " ",
-    }
-    given = _to_dict(cfg)
-    unknown = sorted(set(given) - set(SPARSE_KEYS))
-    if unknown:
-        raise ValueError(f"retriever {given.get('name')!r}: unknown config keys {unknown}")
-    data.update(given)
-    if data["title"] not in ("prefix", "none"):
-        raise ValueError(f"bm25: title must be prefix or none, got {data['title']!r}")
-    return data
+    return dataclasses.asdict(from_config(BM25Spec, cfg, strict=True))
 
 
 def _stemmer(name: str | None):

@@ -18,7 +18,7 @@ import numpy as np
 
 from densex.retrieval.bm25 import BM25Searcher, bm25_settings
 from densex.retrieval.encode import encode_units_to_dir, open_embeddings
-from densex.retrieval.encoders import DenseRetriever, RetrieverSpec, _to_dict
+from densex.retrieval.encoders import DenseRetriever, RetrieverSpec
 from densex.retrieval.faiss_index import IndexSpec, ShardedIndex, build_index_to_dir
 from densex.utils.cache import artifact_dir, content_key, hash_file
 from densex.utils.integrity import DamagedArtifact, handle_damage, remove_orphans
@@ -137,11 +137,10 @@ def load_or_build_searcher(
     units_path = Path(units_path)
     if not units_path.exists():
         raise DataError(units_path, None, None, "units file not found")
-    rcfg = _to_dict(retriever_cfg)
-    if rcfg.get("type", "dense") == "sparse":
-        return _load_or_build_bm25(units_path, rcfg, cache_dir)
+    if str(retriever_cfg.get("type") or "dense") == "sparse":
+        return _load_or_build_bm25(units_path, retriever_cfg, cache_dir)
 
-    spec = RetrieverSpec.from_cfg(rcfg)
+    spec = RetrieverSpec.from_cfg(retriever_cfg)
     shard_size = shard_size or default_shard_size(units_path)
     emb_dir = embeddings_dir(units_path, spec, cache_dir, shard_size)
     # verified (size + hash per shard) before reuse; damaged shards alone are re-encoded

@@ -20,6 +20,7 @@ import torch
 from torch import nn
 
 from densex.retrieval.hashing import HashEncoder
+from densex.utils.config import from_config
 from densex.utils.models import resolve_model
 
 TYPES = ("dense", "hash")
@@ -97,12 +98,9 @@ class RetrieverSpec:
     @classmethod
     def from_cfg(cls, cfg: Mapping[str, Any] | Any) -> RetrieverSpec:
         """From a Hydra node or dict; unknown keys are an error (a typo must not be ignored)."""
-        data = _to_dict(cfg)
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise ValueError(f"retriever {data.get('name')!r}: unknown config keys {unknown}")
-        return cls(**data)
+        if isinstance(cfg, RetrieverSpec):
+            return cfg
+        return from_config(cls, cfg, strict=True)
 
     @property
     def doc_model_or_query(self) -> str | None:
@@ -122,19 +120,6 @@ class RetrieverSpec:
         if self.type == "hash":
             drop += HASH_UNUSED_KEYS
         return {k: v for k, v in data.items() if k not in drop}
-
-
-def _to_dict(cfg: Mapping[str, Any] | Any) -> dict[str, Any]:
-    try:
-        from omegaconf import DictConfig, OmegaConf
-
-        if isinstance(cfg, DictConfig):
-            return dict(OmegaConf.to_container(cfg, resolve=True))  # type: ignore[arg-type]
-    except ImportError:  # pragma: no cover - omegaconf ships with hydra
-        pass
-    if dataclasses.is_dataclass(cfg):
-        return dataclasses.asdict(cfg)  # type: ignore[arg-type]
-    return dict(cfg)
 
 
 def _load_hf_model(path: str) -> nn.Module:

@@ -20,6 +20,7 @@ from typing import Any
 import faiss
 import numpy as np
 
+from densex.utils.config import from_config
 from densex.utils.integrity import DamagedArtifact, file_record, verify_files
 from densex.utils.io import DataError, atomic_open, read_json, write_manifest
 from densex.utils.logging import get_logger
@@ -66,17 +67,10 @@ class IndexSpec:
 
     @classmethod
     def from_cfg(cls, cfg: Mapping[str, Any] | Any | None) -> IndexSpec:
-        if cfg is None:
-            return cls()
-        from densex.retrieval.encoders import _to_dict
-
-        data = _to_dict(cfg)
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise ValueError(f"index {data.get('name')!r}: unknown config keys {unknown}")
-        data["params"] = dict(data.get("params") or {})
-        return cls(**data)
+        """From a `conf/index` node or dict (None = the defaults); unknown keys are an error."""
+        if isinstance(cfg, IndexSpec):
+            return cfg
+        return from_config(cls, cfg, strict=True)
 
     @property
     def exact(self) -> bool:

@@ -12,17 +12,38 @@ from collections.abc import Mapping
 from typing import Any, TypeVar
 
 T = TypeVar("T")
+_HYDRA_KEYS = ("_target_", "_convert_", "_partial_", "_recursive_")
 
 
-def from_config(cls: type[T], cfg: Mapping[str, Any] | Any | None, **overrides: Any) -> T:
+def plain_data(value: Any) -> Any:
+    """A config node (DictConfig/ListConfig, resolved) as plain dicts and lists; anything else
+    as it is."""
+    from omegaconf import DictConfig, ListConfig, OmegaConf
+
+    if isinstance(value, (DictConfig, ListConfig)):
+        return OmegaConf.to_container(value, resolve=True)
+    return value
+
+
+def from_config(
+    cls: type[T], cfg: Mapping[str, Any] | Any | None, *, strict: bool = False, **overrides: Any
+) -> T:
     """An instance of dataclass `cls` from the non-null keys of `cfg` that name its fields.
 
     A value whose field default is an int, float or str is converted to that type (`"8"` -> 8),
-    a list to a tuple where the default is a tuple; `overrides` win over the config.
+    a list to a tuple where the default is a tuple, a nested node to plain dicts/lists;
+    `overrides` win over the config. `strict=True`: a key that is no field (a typo) is a
+    ValueError naming it (`_target_` and `_convert_` excepted).
     """
+    names = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+    if strict and cfg is not None:
+        unknown = sorted(str(k) for k in cfg if k not in names and k not in _HYDRA_KEYS)
+        if unknown:
+            label = f"{cls.__name__} {cfg.get('name')!r}" if "name" in cfg else cls.__name__
+            raise ValueError(f"{label}: unknown config keys {unknown}")
     kwargs: dict[str, Any] = {}
     for field in dataclasses.fields(cls):  # type: ignore[arg-type]
-        value = cfg.get(field.name) if cfg is not None else None
+        value = plain_data(cfg.get(field.name)) if cfg is not None else None
         if value is None:
             continue
         default = field.default
