@@ -255,7 +255,8 @@ def run(cfg: DictConfig) -> float:
         torch.set_float32_matmul_precision("high")
     # a spawned worker must close its process group or it may abort at exit (see the callback)
     # RNGState: generator states in every checkpoint, so a resumed run continues bit for bit
-    callbacks = [*_instantiate_all(cfg.get("callbacks")), CloseSpawnedProcessGroup(), RNGState()]
+    rng = RNGState(cfg.get("seed"))  # a fresh run reseeds at train start (see RNGState)
+    callbacks = [*_instantiate_all(cfg.get("callbacks")), CloseSpawnedProcessGroup(), rng]
     # no terminal (a log file, SLURM): periodic log lines instead of Lightning's bar
     show_bar = bool(cfg.trainer.get("enable_progress_bar", True)) and is_tty()
     if cfg.trainer.get("enable_progress_bar", True) and not show_bar:
