@@ -297,19 +297,31 @@ def test_ckpt_path_last_finds_the_newest_or_says_there_is_none(repo_root, tmp_pa
     assert _resolve_ckpt("auto", cfg) is None  # a clean start, when asked for
     ckpts = tmp_path / "checkpoints"
     ckpts.mkdir()
-    for i, name in enumerate(("epoch_000.ckpt", "last.ckpt", "last-step.ckpt")):
-        (ckpts / name).write_bytes(b"x")
+    import torch
+
+    for i, name in enumerate(("epoch_000.ckpt", "last.ckpt", "last-step.ckpt", "cut.ckpt")):
+        torch.save({"global_step": 8 + i, "state_dict": {"w": torch.ones(1000)}}, ckpts / name)
         os.utime(ckpts / name, ns=(10**18 + i, 10**18 + i))
+    cut = ckpts / "cut.ckpt"  # the newest, but cut short by a kill while it was copied in
+    with cut.open("r+b") as f:
+        f.truncate(cut.stat().st_size // 2)
+    os.utime(cut, ns=(10**18 + 9, 10**18 + 9))
     assert _resolve_ckpt("last", cfg) == str(ckpts / "last-step.ckpt")  # mid-epoch, newest
     assert cfg.callbacks.step_checkpoint.every_n_train_steps > 0
 
 
 def test_resumable_loader_skips_the_batches_done():
+    import torch
+
     from densex.utils.resume import ResumableDataLoader
 
     done = {"n": (0, 3)}
     loader = ResumableDataLoader(list(range(10)), batch_size=2, progress=lambda: done["n"])
-    assert loader.state_dict() == {"epoch": 0, "batches_done": 3}
+    state = loader.state_dict()
+    assert (state["epoch"], state["batches_done"]) == (0, 3)
+    before = torch.get_rng_state()
+    iter(loader)  # the workers' base seed comes from the loader's generator, not the global one
+    assert torch.equal(torch.get_rng_state(), before)
     loader.load_state_dict({"epoch": 0, "batches_done": 3})
     assert [b.tolist() for b in loader] == [[6, 7], [8, 9]]
     assert len(list(loader)) == 5  # only the first epoch after a restore skips
@@ -339,6 +351,35 @@ def test_resumed_loader_skips_in_the_checkpoints_epoch_order():
     it = iter(resumed)  # Lightning's order: iterator first (FitLoop.setup_data) ...
     resumed.sampler.set_epoch(1)  # ... then set_epoch (FitLoop.on_advance_start)
     assert [b.tolist() for b in it] == epoch1[3:]
+
+
+def test_step_checkpoints_wait_for_the_end_of_an_accumulation_window(monkeypatch):
+    """A time-based save due inside a gradient-accumulation window (whose gradients no
+    checkpoint holds) is deferred to the window's last batch (or the epoch's)."""
+    from types import SimpleNamespace
+
+    from pytorch_lightning.callbacks import ModelCheckpoint
+
+    from densex.utils.resume import StepCheckpoint
+
+    saved = []
+    monkeypatch.setattr(ModelCheckpoint, "on_train_batch_end", lambda self, t, *a: saved.append(t))
+    cb = StepCheckpoint(dirpath="unused", train_time_interval=None, every_n_train_steps=1)
+
+    def trainer(done: int, accumulate: int = 4, n: int = 10) -> SimpleNamespace:
+        progress = SimpleNamespace(current=SimpleNamespace(processed=done))
+        loop = SimpleNamespace(epoch_loop=SimpleNamespace(batch_progress=progress))
+        return SimpleNamespace(
+            fit_loop=loop, current_epoch=0, accumulate_grad_batches=accumulate,
+            num_training_batches=n,
+        )  # fmt: skip
+
+    for done in range(1, 11):
+        cb.on_train_batch_end(trainer(done), None, None, None, done - 1)
+    assert [t.fit_loop.epoch_loop.batch_progress.current.processed for t in saved] == [4, 8, 10]
+    saved.clear()
+    cb.on_train_batch_end(trainer(3, accumulate=1), None, None, None, 2)
+    assert len(saved) == 1
 
 
 def test_fresh_training_starts_its_random_stream_from_the_seed():

@@ -28,8 +28,12 @@ from typing import Any
 
 import numpy as np
 import torch
-from pytorch_lightning.callbacks import Callback
+from pytorch_lightning.callbacks import Callback, ModelCheckpoint
 from torch.utils.data import DataLoader
+
+from densex.utils.logging import get_logger
+
+log = get_logger(__name__)
 
 
 class ResumableDataLoader(DataLoader):
@@ -106,6 +110,24 @@ def epoch_batches_done(trainer: Any) -> tuple[int, int]:
         return 0, 0
 
 
+class StepCheckpoint(ModelCheckpoint):
+    """`ModelCheckpoint` for mid-epoch resume points whose saves fall on optimizer steps.
+
+    Lightning saves `every_n_train_steps` on step boundaries, but a `train_time_interval`
+    save can fall inside a gradient-accumulation window, whose gradients and token count
+    (`_window_tokens`) no checkpoint holds: a run resumed from it would skip those batches'
+    gradients. Such a save waits for the window's last batch here."""
+
+    def on_train_batch_end(
+        self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
+        accumulate = int(getattr(trainer, "accumulate_grad_batches", 1) or 1)
+        _, done = epoch_batches_done(trainer)
+        if accumulate > 1 and done % accumulate and done < trainer.num_training_batches:
+            return  # mid-window: not a resume point
+        super().on_train_batch_end(trainer, pl_module, outputs, batch, batch_idx)
+
+
 class RNGState(Callback):
     """Saves every random generator's state in each checkpoint and restores it on resume.
 
@@ -163,15 +185,25 @@ class RNGState(Callback):
 
 
 def newest_checkpoint(directory: str | os.PathLike) -> Path | None:
-    """The most recently written `*.ckpt` in `directory` (None when there is none): the
-    mid-epoch step checkpoint, `last.ckpt` or the best one, whichever holds the latest state."""
+    """The most recently written readable `*.ckpt` in `directory` (None when there is none):
+    the mid-epoch step checkpoint, `last.ckpt` or the best one, whichever holds the latest
+    state. A file that does not load (cut short: Lightning writes a checkpoint to the system
+    temp dir and moves it, which is a copy, not a rename, across file systems) is skipped with
+    a warning, and the next newest is used. Loaded memory-mapped: tensors are not read."""
     d = Path(directory)
     if not d.is_dir():
         return None
     ckpts = [p for p in d.glob("*.ckpt") if p.is_file()]
-    if not ckpts:
-        return None
-    return max(ckpts, key=lambda p: (p.stat().st_mtime_ns, p.name))
+    for path in sorted(ckpts, key=lambda p: (p.stat().st_mtime_ns, p.name), reverse=True):
+        try:
+            ckpt = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+            step = int(ckpt["global_step"])
+        except Exception as e:  # noqa: BLE001 - any unreadable file is skipped, and said so
+            log.warning("skipping checkpoint %s: it does not load (%s)", path, e)
+            continue
+        log.info("newest checkpoint %s (global step %d)", path, step)
+        return path
+    return None
 
 
 def _digest(*tensors: Any) -> str:
