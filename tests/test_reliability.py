@@ -292,21 +292,132 @@ def test_ckpt_path_last_finds_the_newest_or_says_there_is_none(repo_root, tmp_pa
     assert _resolve_ckpt("auto", cfg) is None  # a clean start, when asked for
     ckpts = tmp_path / "checkpoints"
     ckpts.mkdir()
-    for i, name in enumerate(("epoch_000.ckpt", "last.ckpt", "last-step.ckpt")):
-        (ckpts / name).write_bytes(b"x")
+    import torch
+
+    for i, name in enumerate(("epoch_000.ckpt", "last.ckpt", "last-step.ckpt", "cut.ckpt")):
+        torch.save({"global_step": 8 + i, "state_dict": {"w": torch.ones(1000)}}, ckpts / name)
         os.utime(ckpts / name, ns=(10**18 + i, 10**18 + i))
+    cut = ckpts / "cut.ckpt"  # the newest, but cut short by a kill while it was copied in
+    with cut.open("r+b") as f:
+        f.truncate(cut.stat().st_size // 2)
+    os.utime(cut, ns=(10**18 + 9, 10**18 + 9))
     assert _resolve_ckpt("last", cfg) == str(ckpts / "last-step.ckpt")  # mid-epoch, newest
     assert cfg.callbacks.step_checkpoint.every_n_train_steps > 0
 
 
 def test_resumable_loader_skips_the_batches_done():
+    import torch
+
     from densex.utils.resume import ResumableDataLoader
 
-    done = {"n": 3}
+    done = {"n": (0, 3)}
     loader = ResumableDataLoader(list(range(10)), batch_size=2, progress=lambda: done["n"])
-    assert loader.state_dict() == {"batches_done": 3}
-    loader.load_state_dict({"batches_done": 3})
+    state = loader.state_dict()
+    assert (state["epoch"], state["batches_done"]) == (0, 3)
+    before = torch.get_rng_state()
+    iter(loader)  # the workers' base seed comes from the loader's generator, not the global one
+    assert torch.equal(torch.get_rng_state(), before)
+    loader.load_state_dict({"epoch": 0, "batches_done": 3})
     assert [b.tolist() for b in loader] == [[6, 7], [8, 9]]
     assert len(list(loader)) == 5  # only the first epoch after a restore skips
-    loader.load_state_dict({"batches_done": 5})  # saved at the epoch's end: skip nothing
+    loader.load_state_dict({"epoch": 0, "batches_done": 5})  # at the epoch's end: skip nothing
     assert len(list(loader)) == 5
+
+
+def test_resumed_loader_skips_in_the_checkpoints_epoch_order():
+    """Lightning creates a resumed run's first iterator before it calls `set_epoch`: the skip
+    must happen in the order of the checkpoint's epoch, not the fresh sampler's epoch 0 (it
+    did: a run resumed in epoch 1 trained on some of epoch 0's batches)."""
+    from torch.utils.data import DistributedSampler
+
+    from densex.utils.resume import ResumableDataLoader
+
+    def loader() -> ResumableDataLoader:
+        sampler = DistributedSampler(range(40), num_replicas=1, rank=0, shuffle=True, seed=7)
+        return ResumableDataLoader(list(range(40)), batch_size=4, sampler=sampler)
+
+    ref = loader()
+    ref.sampler.set_epoch(1)
+    epoch1 = [b.tolist() for b in ref]
+    ref.sampler.set_epoch(0)
+    assert epoch1 != [b.tolist() for b in ref]  # the epochs' orders differ
+    resumed = loader()
+    resumed.load_state_dict({"epoch": 1, "batches_done": 3})
+    it = iter(resumed)  # Lightning's order: iterator first (FitLoop.setup_data) ...
+    resumed.sampler.set_epoch(1)  # ... then set_epoch (FitLoop.on_advance_start)
+    assert [b.tolist() for b in it] == epoch1[3:]
+
+
+def test_step_checkpoints_wait_for_the_end_of_an_accumulation_window(monkeypatch):
+    """A time-based save due inside a gradient-accumulation window (whose gradients no
+    checkpoint holds) is deferred to the window's last batch (or the epoch's)."""
+    from types import SimpleNamespace
+
+    from pytorch_lightning.callbacks import ModelCheckpoint
+
+    from densex.utils.resume import StepCheckpoint
+
+    saved = []
+    monkeypatch.setattr(ModelCheckpoint, "on_train_batch_end", lambda self, t, *a: saved.append(t))
+    cb = StepCheckpoint(dirpath="unused", train_time_interval=None, every_n_train_steps=1)
+
+    def trainer(done: int, accumulate: int = 4, n: int = 10) -> SimpleNamespace:
+        progress = SimpleNamespace(current=SimpleNamespace(processed=done))
+        loop = SimpleNamespace(epoch_loop=SimpleNamespace(batch_progress=progress))
+        return SimpleNamespace(
+            fit_loop=loop, current_epoch=0, accumulate_grad_batches=accumulate,
+            num_training_batches=n,
+        )  # fmt: skip
+
+    for done in range(1, 11):
+        cb.on_train_batch_end(trainer(done), None, None, None, done - 1)
+    assert [t.fit_loop.epoch_loop.batch_progress.current.processed for t in saved] == [4, 8, 10]
+    saved.clear()
+    cb.on_train_batch_end(trainer(3, accumulate=1), None, None, None, 2)
+    assert len(saved) == 1
+
+
+def test_fresh_training_starts_its_random_stream_from_the_seed():
+    """`RNGState(seed)`: a fresh run reseeds at train start, whatever the setup drew; a
+    resumed one gets the checkpoint's generators back exactly."""
+    import random as pyrandom
+
+    import numpy as np
+    import torch
+
+    from densex.utils.resume import RNGState
+
+    def draws() -> tuple:
+        return torch.rand(3).tolist(), np.random.rand(2).tolist(), pyrandom.random()
+
+    fresh = []
+    for setup_draws in (0, 5):
+        torch.rand(setup_draws)  # e.g. a tiny model built in this process, or found cached
+        RNGState(seed=42).on_train_start(None, None)
+        fresh.append(draws())
+    assert fresh[0] == fresh[1]
+    saved = RNGState(seed=42)
+    state = saved.state_dict()
+    expected = draws()
+    torch.rand(11)
+    resumed = RNGState(seed=42)
+    resumed.load_state_dict(state)
+    resumed.on_train_start(None, None)  # restores, does not reseed
+    assert draws() == expected
+
+
+def test_building_a_tiny_t5_leaves_the_global_generator_alone(tmp_path):
+    """Building the tiny model used to `torch.manual_seed(0)` the global generator, so a run
+    that built it and one that found it cached trained with different dropout masks."""
+    import torch
+
+    from densex.utils.tiny_t5 import build_tiny_t5
+
+    torch.manual_seed(123)
+    before = torch.get_rng_state()
+    build_tiny_t5(tmp_path / "a")
+    assert torch.equal(torch.get_rng_state(), before)
+    torch.rand(7)  # another global state: the weights come from the build seed alone
+    build_tiny_t5(tmp_path / "b")
+    a = (tmp_path / "a" / "model.safetensors").read_bytes()
+    assert a == (tmp_path / "b" / "model.safetensors").read_bytes()

@@ -489,3 +489,34 @@ def test_skipped_passages_are_in_the_manifest(data, env, tmp_path, repo_root):
     skipped = json.loads(manifest_path(out).read_text())["skipped"]
     assert skipped["total"] == 1 and skipped["by_field"] == {"text": 1}
     assert f"{path}:7" in skipped["examples"][0]
+
+
+def test_orphaned_cache_temps_of_dead_runs_are_removed(data, env, tmp_path, repo_root):
+    """A run killed while writing replies leaves `xx/.key.json.<host>-<pid>.*.tmp` files; the
+    next teacher removes the dead ones (and any older than a day), keeps a live writer's and
+    every reply, which it then serves from the cache."""
+    import os
+
+    from densex.utils.io import tmp_tag
+
+    path, passages, teacher, prompts = data
+    server = FakeChatServer({p: json.dumps(t) for p, t in zip(prompts, teacher)})
+    cache = tmp_path / "cache"
+    try:
+        cfg = _cfg(server, cache, repo_root)
+        generate_propositions(path, cfg, tmp_path / "a" / "p.jsonl")
+        replies = sorted(cache.rglob("*.json"))
+        assert len(replies) == 6 and len(server.requests) == 6
+        sub = replies[0].parent
+        host = tmp_tag().rsplit("-", 1)[0]
+        dead = sub / f".{replies[0].name}.{host}-999999999.abc123.tmp"  # no such pid
+        live = sub / f".{replies[0].name}.{tmp_tag()}.def456.tmp"  # this (live) process
+        old = sub / ".x.json.otherhost-1.ghi789.tmp"  # another host's, two days old
+        for p in (dead, live, old):
+            p.write_text('{"content": "half a rep', encoding="utf-8")
+        os.utime(old, (os.path.getmtime(old) - 2 * 86400,) * 2)
+        generate_propositions(path, cfg, tmp_path / "b" / "p.jsonl")
+        assert not dead.exists() and not old.exists() and live.exists()
+        assert sorted(cache.rglob("*.json")) == replies and len(server.requests) == 6
+    finally:
+        server.close()

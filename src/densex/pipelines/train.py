@@ -187,7 +187,11 @@ def build_trainer(cfg: DictConfig) -> pl.Trainer:
     (`RNGState`) and, without a terminal, periodic log lines instead of the progress bar."""
     # a spawned worker must close its process group or it may abort at exit (see the callback)
     # RNGState: generator states in every checkpoint, so a resumed run continues bit for bit
-    callbacks = [*_instantiate_all(cfg.get("callbacks")), CloseSpawnedProcessGroup(), RNGState()]
+    callbacks = [
+        *_instantiate_all(cfg.get("callbacks")),
+        CloseSpawnedProcessGroup(),
+        RNGState(cfg.get("seed")),
+    ]
     show_bar = bool(cfg.trainer.get("enable_progress_bar", True)) and is_tty()
     if cfg.trainer.get("enable_progress_bar", True) and not show_bar:
         callbacks.append(LogProgress())

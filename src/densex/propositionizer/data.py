@@ -441,7 +441,7 @@ class PropositionDataModule(pl.LightningDataModule):
         samplers are `DistributedSampler`s, so Lightning does not re-wrap and reshuffle them)."""
         h = self.hparams
         world, rank = self._replicas()
-        sampler: DistributedSampler | None = None
+        sampler: DistributedSampler
         if h.group_by_length:
             sampler = LengthGroupedSampler(
                 [len(x["input_ids"]) + len(x["labels"]) for x in self.train_items],
@@ -450,7 +450,7 @@ class PropositionDataModule(pl.LightningDataModule):
                 num_replicas=world,
                 rank=rank,
             )
-        elif world > 1:
+        else:  # reshuffled by (seed, epoch), so a mid-epoch resume meets the same order
             sampler = DistributedSampler(
                 self.train_items, num_replicas=world, rank=rank, shuffle=True, seed=h.seed
             )
@@ -459,14 +459,13 @@ class PropositionDataModule(pl.LightningDataModule):
             self.train_items,
             batch_size=h.per_device_batch_size,
             sampler=sampler,
-            shuffle=sampler is None,
             collate_fn=self._collate,
             num_workers=h.num_workers,
-            generator=torch.Generator().manual_seed(h.seed) if sampler is None else None,
+            generator=torch.Generator().manual_seed(h.seed),  # workers' seeds: not the global RNG
             progress=self._train_batches_done,
         )
 
-    def _train_batches_done(self) -> int:
+    def _train_batches_done(self) -> tuple[int, int]:
         return epoch_batches_done(getattr(self, "trainer", None))
 
     def val_dataloader(self) -> DataLoader:

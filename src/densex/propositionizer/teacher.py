@@ -28,6 +28,7 @@ from densex.propositionizer.output import NO_SKIPS, passage_source, write_propos
 from densex.propositionizer.parse import ParseLimits, parse_propositions
 from densex.utils.cache import hash_file
 from densex.utils.config import from_config
+from densex.utils.integrity import remove_orphans
 from densex.utils.io import DataError, read_json, write_json
 from densex.utils.logging import get_logger
 from densex.utils.secrets import redact_text, secret_values
@@ -143,6 +144,8 @@ class Teacher:
         self.template = load_template(self.prompt_path)
         self.template_sha256 = hashlib.sha256(self.template.encode("utf-8")).hexdigest()
         self.cache_dir = Path(cache_dir)
+        # replies a killed run was writing (`xx/.key.json.<host>-<pid>.*.tmp`): names only
+        remove_orphans(self.cache_dir, depth=1)
         self.max_concurrency = max(1, int(max_concurrency))
         self.max_retries = int(max_retries)
         self.backoff_base, self.backoff_max = float(backoff_base), float(backoff_max)

@@ -171,15 +171,31 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def remove_orphans(directory: str | os.PathLike, max_age_s: float = ORPHAN_MAX_AGE_S) -> int:
-    """Delete `atomic_open` temp files in `directory` (not recursive) left by dead processes:
-    this host's whose pid is gone, any host's older than `max_age_s`. Returns how many."""
+def remove_orphans(
+    directory: str | os.PathLike, max_age_s: float = ORPHAN_MAX_AGE_S, depth: int = 0
+) -> int:
+    """Delete `atomic_open` temp files in `directory` left by dead processes: this host's
+    whose pid is gone, any host's older than `max_age_s`. `depth` > 0 also scans the
+    subdirectories that many levels down (a fan-out cache such as the teacher's `xx/key.json`);
+    only names are read, a file is stat'ed only when it looks like a temp. Returns how many."""
     d = Path(directory)
     if not _policy["clean_orphans"] or not d.is_dir():
         return 0
     host = tmp_tag().rsplit("-", 1)[0]
-    now, removed, freed = time.time(), 0, 0
+    removed, freed = _remove_orphans_in(d, host, time.time() - max_age_s, depth)
+    if removed:
+        log.info("removed %d orphaned temp files (%d bytes) in %s", removed, freed, d)
+    return removed
+
+
+def _remove_orphans_in(d: Path | str, host: str, too_old: float, depth: int) -> tuple[int, int]:
+    """(files removed, bytes freed) of `remove_orphans` in `d` and `depth` levels below."""
+    removed = freed = 0
     for entry in os.scandir(d):
+        if depth > 0 and entry.is_dir(follow_symlinks=False):
+            r, f = _remove_orphans_in(entry.path, host, too_old, depth - 1)
+            removed, freed = removed + r, freed + f
+            continue
         if not (entry.name.startswith(".") and entry.name.endswith(".tmp")):
             continue
         m = _TMP.match(entry.name)
@@ -188,12 +204,10 @@ def remove_orphans(directory: str | os.PathLike, max_age_s: float = ORPHAN_MAX_A
         except FileNotFoundError:
             continue
         dead = m is not None and m["host"] == host and not _alive(int(m["pid"]))
-        if dead or now - st.st_mtime > max_age_s:
+        if dead or st.st_mtime < too_old:
             try:
                 os.unlink(entry.path)
             except FileNotFoundError:
                 continue
             removed, freed = removed + 1, freed + st.st_size
-    if removed:
-        log.info("removed %d orphaned temp files (%d bytes) in %s", removed, freed, d)
-    return removed
+    return removed, freed

@@ -67,7 +67,6 @@ def build_tiny_t5(
         str(out), model_max_length=model_max_length, extra_ids=0, legacy=False
     )
     tok.save_pretrained(str(out))
-    torch.manual_seed(seed)
     config = T5Config(
         vocab_size=len(tok),
         d_model=d_model,
@@ -82,7 +81,12 @@ def build_tiny_t5(
         feed_forward_proj="gated-gelu",
         tie_word_embeddings=False,
     )
-    T5ForConditionalGeneration(config).save_pretrained(str(out))
+    # the weights come from `seed` alone, and building leaves the caller's generator as it was:
+    # a run that builds the model and one that finds it cached draw the same random numbers
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = T5ForConditionalGeneration(config)
+    model.save_pretrained(str(out))
     return out
 
 
