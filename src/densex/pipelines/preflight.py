@@ -187,10 +187,24 @@ def _hf_dataset(src: str, key: str) -> str:
     return "hub"
 
 
+def _collection(src: str, granularity: str) -> str:
+    """A collection source is a local file or directory, or a hub dataset in the HF cache."""
+    if Path(os.path.expanduser(src)).exists():
+        return src
+    return _hf_dataset(src, f"corpus.sources.{granularity}.path")
+
+
 def check_corpus(cfg: DictConfig, entry: str) -> dict[str, str]:
     """The corpus inputs of index/evaluate: passages (or documents) and propositions."""
     corpus = cfg.corpus
     out: dict[str, str] = {}
+    sources = corpus.get("sources") or {}
+    if sources:  # ready-made collections (FactoidWiki): each local file/dir or cached hub id
+        wanted = list(corpus.get("granularities") or ("passage", "sentence", "proposition"))
+        for g, source in sources.items():
+            if source and g in wanted:
+                out[f"corpus.sources.{g}"] = _collection(str(source.get("path")), g)
+        return out
     if corpus.get("passages"):
         first_record(corpus.passages, "corpus.passages", nonempty=("id", "text"))
         out["corpus.passages"] = str(corpus.passages)
