@@ -19,6 +19,7 @@ import bm25s
 import numpy as np
 from bm25s.tokenization import Tokenizer
 
+from densex.metrics.propositions import stemmer
 from densex.utils.config import from_config
 from densex.utils.integrity import DamagedArtifact, file_records, verify_files
 from densex.utils.io import DataError, mkdtemp, read_json, read_jsonl, write_json, write_manifest
@@ -49,21 +50,11 @@ def bm25_settings(cfg: Mapping[str, Any] | Any) -> dict[str, Any]:
     return dataclasses.asdict(from_config(BM25Spec, cfg, strict=True))
 
 
-def _stemmer(name: str | None):
-    if not name:
-        return None
-    try:
-        import Stemmer
-    except ImportError as e:
-        raise ImportError("bm25 stemmer needs PyStemmer: pip install PyStemmer") from e
-    return Stemmer.Stemmer(name).stemWords
-
-
 def _tokenizer(settings: Mapping[str, Any]) -> Tokenizer:
     return Tokenizer(
         lower=settings["lower"],
         stopwords=settings["stopwords"] or [],
-        stemmer=_stemmer(settings["stemmer"]),
+        stemmer=stemmer(settings["stemmer"]),
     )
 
 
