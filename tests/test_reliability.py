@@ -69,6 +69,28 @@ def test_orphaned_temp_files_of_dead_runs_are_removed(tmp_path):
     assert not dead.exists() and live.exists()
 
 
+def test_a_killed_bm25_builds_directory_is_removed_before_the_next_build(tmp_path, repo_root):
+    """`utils.io.mkdtemp` build dirs carry the writer's host-pid: a dead writer's (a BM25 index
+    killed mid-save) is removed when the index is next built; a live writer's is kept."""
+    from omegaconf import OmegaConf
+
+    from densex.retrieval.build import load_or_build_searcher
+    from densex.utils.io import mkdtemp
+
+    units = build_units(_demo_corpus(tmp_path), tmp_path / "units")["passage"]
+    bm25 = OmegaConf.load(repo_root / "conf/retriever/bm25.yaml")
+    parent = tmp_path / "cache" / "bm25" / "bm25"
+    parent.mkdir(parents=True)
+    live = mkdtemp(parent, prefix=".abc.")
+    host = integrity.tmp_tag().rsplit("-", 1)[0]
+    dead = parent / f".abc.{host}-999999999.x1y2z3.tmp"  # the name mkdtemp gives, dead pid
+    (dead / "sub").mkdir(parents=True)
+    (dead / "sub" / "vocab.json").write_bytes(b"x" * 2000)
+    assert live.name.startswith(f".abc.{integrity.tmp_tag()}.") and live.name.endswith(".tmp")
+    searcher = load_or_build_searcher(units, bm25, None, tmp_path / "cache")
+    assert searcher.info["index_built"] and not dead.exists() and live.is_dir()
+
+
 @pytest.fixture(scope="module")
 def sentence_units(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("units")

@@ -200,6 +200,7 @@ def _load_or_build_bm25(
     settings = bm25_settings(rcfg)
     key = content_key(units=hash_file(units_path), bm25=settings)
     out = artifact_dir(cache_dir, "bm25", settings["name"], key=key)
+    remove_orphans(out.parent)  # build dirs of a killed earlier build (`.<key>.<host>-<pid>...`)
     searcher = None
     if (out / "manifest.json").exists():
         try:

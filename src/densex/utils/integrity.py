@@ -19,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import shutil
 import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -174,7 +175,8 @@ def _alive(pid: int) -> bool:
 def remove_orphans(
     directory: str | os.PathLike, max_age_s: float = ORPHAN_MAX_AGE_S, depth: int = 0
 ) -> int:
-    """Delete `atomic_open` temp files in `directory` left by dead processes: this host's
+    """Delete `atomic_open` temp files (and `utils.io.mkdtemp` build dirs) in `directory` left
+    by dead processes: this host's
     whose pid is gone, any host's older than `max_age_s`. `depth` > 0 also scans the
     subdirectories that many levels down (a fan-out cache such as the teacher's `xx/key.json`);
     only names are read, a file is stat'ed only when it looks like a temp. Returns how many."""
@@ -192,7 +194,8 @@ def _remove_orphans_in(d: Path | str, host: str, too_old: float, depth: int) -> 
     """(files removed, bytes freed) of `remove_orphans` in `d` and `depth` levels below."""
     removed = freed = 0
     for entry in os.scandir(d):
-        if depth > 0 and entry.is_dir(follow_symlinks=False):
+        is_temp = entry.name.startswith(".") and entry.name.endswith(".tmp")
+        if depth > 0 and entry.is_dir(follow_symlinks=False) and not is_temp:
             r, f = _remove_orphans_in(entry.path, host, too_old, depth - 1)
             removed, freed = removed + r, freed + f
             continue
@@ -206,8 +209,13 @@ def _remove_orphans_in(d: Path | str, host: str, too_old: float, depth: int) -> 
         dead = m is not None and m["host"] == host and not _alive(int(m["pid"]))
         if dead or st.st_mtime < too_old:
             try:
-                os.unlink(entry.path)
+                if entry.is_dir(follow_symlinks=False):  # a `utils.io.mkdtemp` build dir
+                    size = sum(f.stat().st_size for f in Path(entry.path).rglob("*") if f.is_file())
+                    shutil.rmtree(entry.path)
+                else:
+                    size = st.st_size
+                    os.unlink(entry.path)
             except FileNotFoundError:
                 continue
-            removed, freed = removed + 1, freed + st.st_size
+            removed, freed = removed + 1, freed + size
     return removed, freed

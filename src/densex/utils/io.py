@@ -181,7 +181,9 @@ def atomic_open(
 def mkdtemp(parent: str | os.PathLike, prefix: str) -> Path:
     """A temporary directory in `parent` (to be renamed into place) with the mode a plain
     `mkdir` gives (0755 under umask 022), not `tempfile.mkdtemp`'s private 0700."""
-    tmp = Path(tempfile.mkdtemp(prefix=prefix, dir=parent))
+    # named like `atomic_open`'s temp files (`<prefix><host>-<pid>.<random>.tmp`), so
+    # `utils.integrity.remove_orphans` can tell a dead run's directory from a live writer's
+    tmp = Path(tempfile.mkdtemp(prefix=f"{prefix}{tmp_tag()}.", suffix=".tmp", dir=parent))
     os.chmod(tmp, 0o777 & ~umask())
     return tmp
 
