@@ -21,8 +21,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from densex.utils.io import DataError, read_json
-from densex.utils.io import numbered_jsonl as io_numbered_jsonl
+from densex.utils.io import DataError, numbered_jsonl, read_json
 from densex.utils.logging import get_logger
 
 log = get_logger(__name__)
@@ -30,7 +29,6 @@ log = get_logger(__name__)
 __all__ = [
     "Skips",
     "load_hf",
-    "numbered_jsonl",
     "read_documents",
     "read_hf_documents",
     "read_jsonl_documents",
@@ -179,7 +177,7 @@ def read_jsonl_documents(
     """Documents from JSONL, one paragraph (or article, with `paragraph_separator`) per line."""
     skips = skips or Skips()
     yield from _rows_to_documents(
-        numbered_jsonl(path, skips),
+        numbered_jsonl(path, on_error=skips),
         path,
         title_column,
         text_column,
@@ -188,11 +186,6 @@ def read_jsonl_documents(
         paragraph_separator,
         skips,
     )
-
-
-def numbered_jsonl(path: str | os.PathLike, skips: Skips) -> Iterator[tuple[int, dict]]:
-    """(line number, row) pairs; a malformed line is a located error (or a counted skip)."""
-    return io_numbered_jsonl(path, on_error=skips)
 
 
 def load_hf(dataset: Any, name: str | None = None, split: str | None = None, **kwargs: Any) -> Any:
@@ -297,7 +290,7 @@ def iter_passages(path: str | os.PathLike, skips: Skips | None = None) -> Iterat
     duplicates: ~100 bytes a passage)."""
     skips = skips or Skips()
     seen: set[str] = set()
-    for lineno, row in numbered_jsonl(path, skips):
+    for lineno, row in numbered_jsonl(path, on_error=skips):
         pid = row.get("id")
         if not isinstance(pid, str) or not pid:
             skips(DataError(path, lineno, "id", why_not_text(pid, "id" not in row)))

@@ -24,7 +24,11 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from rich.console import Console
+from rich.table import Table
 
+from densex.corpus.beir import read_beir_corpus
+from densex.corpus.collections import iter_passage_batches, iter_unit_batches
 from densex.corpus.columnar import (
     PASSAGE_SCHEMA,
     UNIT_SCHEMA,
@@ -34,7 +38,7 @@ from densex.corpus.columnar import (
     table_from_jsonl,
     write_shard,
 )
-from densex.corpus.readers import Skips, iter_passages, numbered_jsonl, read_documents
+from densex.corpus.readers import Skips, iter_passages, read_documents
 from densex.corpus.segment import (
     count_words,
     load_sentencizer,
@@ -45,7 +49,14 @@ from densex.corpus.segment import (
 from densex.utils.cache import artifact_dir, content_key, hash_file
 from densex.utils.config import plain_data
 from densex.utils.integrity import file_records, handle_damage, remove_orphans, verify_files
-from densex.utils.io import DataError, atomic_open, read_json, write_json, write_manifest
+from densex.utils.io import (
+    DataError,
+    atomic_open,
+    numbered_jsonl,
+    read_json,
+    write_json,
+    write_manifest,
+)
 from densex.utils.logging import get_logger
 from densex.utils.progress import Progress
 
@@ -212,8 +223,6 @@ def _source_rows(corpus_cfg: Mapping[str, Any], skips: Skips) -> Iterator[dict[s
         return _unique(_collection_passages(sources["passage"], skips), skips, sources["passage"])
     src = corpus_cfg.get("passages")
     if src and corpus_cfg.get("passages_format") == "beir":  # BEIR corpus.jsonl: a doc a passage
-        from densex.corpus.beir import read_beir_corpus
-
         return iter(read_beir_corpus(src, skips))
     if src:
         return iter_passages(src, skips)
@@ -221,7 +230,6 @@ def _source_rows(corpus_cfg: Mapping[str, Any], skips: Skips) -> Iterator[dict[s
 
 
 def _collection_passages(source_cfg: Mapping[str, Any], skips: Skips) -> Iterator[dict]:
-    from densex.corpus.collections import iter_passage_batches
 
     for batch in iter_passage_batches(source_cfg, skips, 10_000):
         yield from batch
@@ -403,7 +411,7 @@ def _build_proposition_shards(
     seen = np.zeros(len(passages), dtype=bool)
     shards = _UnitShards(out, "proposition", shard_units)
     with Progress("units: propositions", unit="passages") as bar:
-        for lineno, row in numbered_jsonl(path, skips):
+        for lineno, row in numbered_jsonl(path, on_error=skips):
             checked = _check_proposition_row(path, lineno, row, row_of, seen, skips)
             bar.advance(1)
             if checked is not None:
@@ -423,7 +431,6 @@ def _build_collection_shards(
     """Units of a ready-made collection (`corpus.sources.<granularity>`: FactoidWiki's
     sentences / propositions), passage by the source's mapping rule, streamed into shards in
     the collection's order; a unit of an unknown passage is a located `DataError`."""
-    from densex.corpus.collections import iter_unit_batches
 
     row_of = _passage_rows(passages)
     shards = _UnitShards(out, granularity, shard_units)
@@ -647,7 +654,6 @@ def unit_stats(units: UnitFiles | str | os.PathLike) -> list[dict[str, Any]]:
 
 def unit_table(rows: list[dict[str, Any]], title: str | None = None):
     """A rich Table laid out like the paper's Table 1 (# units, avg. # words per unit)."""
-    from rich.table import Table
 
     table = Table(title=title or "Retrieval units (cf. Table 1)")
     table.add_column("")
@@ -660,6 +666,5 @@ def unit_table(rows: list[dict[str, Any]], title: str | None = None):
 
 def print_unit_table(rows: list[dict[str, Any]], title: str | None = None, console=None) -> None:
     """Print `unit_table(rows)` to `console` (a rich Console; stdout by default)."""
-    from rich.console import Console
 
     (console or Console()).print(unit_table(rows, title))

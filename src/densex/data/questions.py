@@ -34,11 +34,11 @@ from typing import Any
 
 import regex
 
-from densex.corpus.readers import Skips, load_hf, numbered_jsonl, why_not_text
+from densex.corpus.readers import Skips, load_hf, why_not_text
 from densex.data.beir import load_beir_queries
 from densex.data.qrels import read_qrels
 from densex.metrics.answers import compile_answer_pattern
-from densex.utils.io import DataError, decode_line, read_json
+from densex.utils.io import DataError, decode_line, numbered_jsonl, read_json
 from densex.utils.logging import get_logger
 
 log = get_logger(__name__)
@@ -105,7 +105,7 @@ class _Collector:
 
 
 def _jsonl(path: Path, skips: Skips, id_key: str | None, answers_key: str) -> Iterator[_Raw]:
-    for line, row in numbered_jsonl(path, skips):
+    for line, row in numbered_jsonl(path, on_error=skips):
         if id_key and id_key not in row:
             skips(DataError(path, line, id_key, "missing"))
             continue

@@ -31,10 +31,31 @@ from typing import Any
 
 import numpy as np
 from omegaconf import DictConfig, OmegaConf
+from rich.table import Table
 
+from densex.analysis.per_question import per_question_rows, write_per_question
+from densex.corpus.readers import Skips
+from densex.corpus.units import unit_tables
+from densex.data.qrels import load_dataset_qrels
+from densex.data.questions import load_dataset_questions
+from densex.metrics.answers import has_answer
+from densex.metrics.rank import gold_columns, gold_metrics
+from densex.pipelines.fusion import (
+    cell_searcher,
+    cell_units_file,
+    fused_retrieval,
+    fusion_keys,
+    is_rrf,
+)
+from densex.pipelines.index import build_corpus_units, generates_propositions
+from densex.pipelines.propositions import run as run_propositions
+from densex.qa.cell import CURVE_FILE, qa_metrics, read_curve
+from densex.retrieval.search import fetch_units_for_words, retrieve_passages
 from densex.utils.distributed import global_rank
+from densex.utils.integrity import configure as configure_cache
+from densex.utils.integrity import remove_orphans
 from densex.utils.io import DataError, JsonStream, atomic_open, write_jsonl
-from densex.utils.logging import get_logger
+from densex.utils.logging import get_logger, render
 from densex.utils.progress import track
 
 log = get_logger(__name__)
@@ -72,11 +93,7 @@ def run(cfg: DictConfig) -> float:
     """Evaluate one cell, write its files into `cfg.paths.output_dir`, return recall@20.
     `task=propositions` runs the propositionizer quality report instead (its set-F1)."""
     if str((cfg.get("task") or {}).get("name", "retrieval")) == "propositions":
-        from densex.pipelines.propositions import run as run_propositions
-
         return run_propositions(cfg)
-    from densex.utils.integrity import configure as configure_cache
-    from densex.utils.integrity import remove_orphans
 
     configure_cache(cfg.get("cache"))  # verification / shard-size policy for this process
     t_start = time.perf_counter()
@@ -153,9 +170,6 @@ class Cell:
 def _open_cell(cfg: DictConfig, times: dict[str, float]) -> Cell:
     """Units (cached, shared by every job of a sweep) and the searcher over them (every rank
     takes part in encoding under ddp)."""
-    from densex.corpus.units import unit_tables
-    from densex.pipelines.fusion import cell_searcher, cell_units_file, fusion_keys
-    from densex.pipelines.index import build_corpus_units, generates_propositions
 
     keys = {**cell_keys(cfg), **fusion_keys(cfg)}  # fused cells: labels say what was fused
     t0 = time.perf_counter()
@@ -175,8 +189,6 @@ def _open_cell(cfg: DictConfig, times: dict[str, float]) -> Cell:
 
 def _questions(cfg: DictConfig) -> tuple[list[dict], dict[str, Any]]:
     """The dataset's questions (`limit_questions` first) and what loading them skipped."""
-    from densex.corpus.readers import Skips
-    from densex.data.questions import load_dataset_questions
 
     limit = cfg.get("limit_questions")
     unmatchable: list = []  # regex answers that NFD breaks: kept (as DPR does), counted
@@ -198,8 +210,6 @@ def _search(
     cfg: DictConfig, cell: Cell, questions: list[dict], k: int, times: dict[str, float]
 ) -> list[Any]:
     """Top-k passages per question by max over units, with units covering the words QA reads."""
-    from densex.pipelines.fusion import fused_retrieval, is_rrf
-    from densex.retrieval.search import fetch_units_for_words, retrieve_passages
 
     t0 = time.perf_counter()
     searcher = cell.searcher
@@ -228,7 +238,6 @@ def _search(
 def _qa(cfg, cell: Cell, questions, results, out_dir: Path, per_q) -> dict[str, Any]:
     """Answer recall by words and (with a reader) EM@budget over each question's ranked units;
     only the units within the words QA reads are fetched."""
-    from densex.qa.cell import qa_metrics
 
     budget, max_words = int(cfg.budget), int(cfg.get("recall_curve_max_words", 500))
     need = max(budget, max_words)
@@ -253,7 +262,6 @@ def _qa(cfg, cell: Cell, questions, results, out_dir: Path, per_q) -> dict[str, 
 
 def _write_cell_files(cfg, out_dir: Path, row, curve, questions, hits, topk, per_q) -> None:
     """recall_at_k.csv, per_question.jsonl, results.jsonl and the answer-recall plot."""
-    from densex.analysis.per_question import per_question_rows, write_per_question
 
     with atomic_open(out_dir / "recall_at_k.csv") as f:
         w = csv.writer(f, lineterminator="\n")
@@ -271,7 +279,6 @@ def write_retrieval_files(
     """Stream `retrieval.json{gz}` (DPR) and `retrieval.pyserini.json{gz}` row by row, marking
     DPR's has_answer on each retrieved passage (text fetched only for those rows); return the
     [n_questions, K] has_answer matrix and the first `n_samples` DPR rows (W&B samples)."""
-    from densex.metrics.answers import has_answer
 
     hits = np.zeros((len(questions), K), dtype=bool)
     ids = question_keys(questions)
@@ -326,8 +333,6 @@ def pyserini_text(title: str | None, text: str) -> str:
 def _gold_metrics(cfg, passages, questions, results, topk, per_q) -> dict[str, Any]:
     """MRR@10, nDCG@10, gold_recall@k (percent) against the dataset's `qrels` (when it has
     any); per-question gold rank / rr@10 / ndcg@10 go into `per_q`."""
-    from densex.data.qrels import load_dataset_qrels
-    from densex.metrics.rank import gold_columns, gold_metrics
 
     qrels = load_dataset_qrels(cfg.dataset, list(passages.iter_rows(("id", "text"))))
     if qrels is None:
@@ -346,8 +351,7 @@ def short_floats(values: np.ndarray) -> list[float]:
 
 def plot_cell(out_dir: Path, budget: int) -> Path | None:
     """`answer_recall_by_words.png` of this one cell (a sweep's callback plots them all)."""
-    from densex.qa.cell import CURVE_FILE
-    from densex.report.plots import plot_answer_recall
+    from densex.report.plots import plot_answer_recall  # matplotlib: only when plotting
 
     if not (out_dir / CURVE_FILE).exists():
         return None
@@ -356,9 +360,6 @@ def plot_cell(out_dir: Path, budget: int) -> Path | None:
 
 def print_metrics(row: dict[str, Any]) -> None:
     """The cell's metrics as a table, logged (so it is in the console and in `evaluate.log`)."""
-    from rich.table import Table
-
-    from densex.utils.logging import render
 
     title = " / ".join(str(row[k]) for k in ("retriever", "granularity", "dataset"))
     t = Table(title=title)
@@ -375,7 +376,7 @@ def print_metrics(row: dict[str, Any]) -> None:
 
 
 def _log_wandb(cfg: DictConfig, row, dpr_rows, units, results, curve) -> None:
-    from densex.report.wandb_log import init_run, log_cell, run_name
+    from densex.report.wandb_log import init_run, log_cell, run_name  # wandb: only with a logger
 
     run = init_run(
         cfg,
@@ -403,7 +404,6 @@ def _log_wandb(cfg: DictConfig, row, dpr_rows, units, results, curve) -> None:
                 ),
             }
         )
-    from densex.qa.cell import CURVE_FILE, read_curve
 
     curve_path = Path(cfg.paths.output_dir) / CURVE_FILE
     answer_recall = read_curve(curve_path) if curve_path.exists() else None

@@ -25,7 +25,10 @@ from typing import Any
 import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
+from densex.analysis.fusion import UnionSearcher, fuse_retrievals
 from densex.pipelines.index import unit_file
+from densex.retrieval.build import load_or_build_searcher
+from densex.retrieval.search import fetch_units_for_words, retrieve_passages
 from densex.utils.io import DataError, atomic_open
 from densex.utils.logging import get_logger
 
@@ -121,8 +124,6 @@ def cell_units_file(cfg: DictConfig, unit_files: Any) -> Path:
 def cell_searcher(cfg: DictConfig, unit_files: Any, units_path: Path) -> Any:
     """The cell's searcher: a plain cached searcher, a `UnionSearcher` (mixed) or, for RRF,
     a `FusionMembers` holding each member's searcher."""
-    from densex.analysis.fusion import UnionSearcher
-    from densex.retrieval.build import load_or_build_searcher
 
     cache_dir = Path(cfg.paths.cache_dir)
     members = _members_cfg(cfg)
@@ -179,8 +180,6 @@ def fused_retrieval(
 ) -> list[Any]:
     """Each member retrieves `max(k, fusion.depth)` passages and the units covering
     `need_words` words; the rankings are fused by RRF (passages cut to k)."""
-    from densex.analysis.fusion import fuse_retrievals
-    from densex.retrieval.search import fetch_units_for_words, retrieve_passages
 
     depth = max(k, int(cfg.fusion.get("depth") or k))
     per_member = []

@@ -17,11 +17,13 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from densex.corpus.units import build_units, print_unit_table, unit_stats, units_dir_for
 from densex.utils.cache import artifact_dir, content_key, hash_file
 from densex.utils.distributed import global_rank
 from densex.utils.integrity import configure, handle_damage, remove_orphans, verify_files
-from densex.utils.io import DataError
+from densex.utils.io import DataError, read_json
 from densex.utils.logging import get_logger
+from densex.utils.models import resolve_model
 
 log = get_logger(__name__)
 
@@ -32,8 +34,8 @@ def propositions_key(cfg: DictConfig, passages_path: Path) -> str:
     """Cache key of generated propositions: the passages, the settings, and the content behind
     them that a path string hides: the model checkpoint's files (the fingerprint
     `generate.py` keys its shards with) and the teacher's prompt template (sha256)."""
+    # the propositionizer (transformers) loads only when propositions are generated
     from densex.propositionizer.generate import effective_dtype, model_fingerprint
-    from densex.utils.models import resolve_model
 
     settings = OmegaConf.to_container(cfg.propositionizer, resolve=True)
     ptype = str(settings.get("type", "model"))
@@ -83,7 +85,6 @@ def _propositions_intact(path: Path) -> bool:
     """Whether a cached propositions file matches the size + hash its manifest recorded;
     damaged (or unrecorded) ones are reported and regenerated (`cache.on_damaged`)."""
     from densex.propositionizer.generate import manifest_path
-    from densex.utils.io import read_json
 
     try:
         record = read_json(manifest_path(path)).get("file")
@@ -95,7 +96,6 @@ def _propositions_intact(path: Path) -> bool:
 
 def build_corpus_units(cfg: DictConfig, with_generated: bool) -> Any:
     """`build_units` for cfg.corpus; with a model propositionizer, on its propositions."""
-    from densex.corpus.units import build_units, units_dir_for
 
     cache_dir = Path(cfg.paths.cache_dir)
     files = build_units(cfg.corpus, units_dir_for(cfg.corpus, cache_dir))
@@ -107,7 +107,6 @@ def build_corpus_units(cfg: DictConfig, with_generated: bool) -> Any:
 
 
 def print_unit_stats(files: Any, corpus: str) -> None:
-    from densex.corpus.units import print_unit_table, unit_stats
 
     print_unit_table(unit_stats(files), title=f"Retrieval units of {corpus} (cf. Table 1)")
     log.info("units in %s", files.out_dir)
@@ -130,7 +129,7 @@ def run(cfg: DictConfig) -> None:
     if stage not in STAGES:
         raise ValueError(f"stage must be one of {STAGES}, got {stage!r}")
     if stage == "plan":  # the budget only: nothing is read beyond samples, nothing built
-        from densex.pipelines.plan import run_plan
+        from densex.pipelines.plan import run_plan  # the planner probes this machine's BLAS
 
         run_plan(cfg)
         return None
@@ -143,6 +142,7 @@ def run(cfg: DictConfig) -> None:
     if stage == "embed":
         embed_units(cfg, units_path)
         return None
+    # retrieval (torch, faiss) loads only for stage=embed|index|all, not for units or plan
     from densex.retrieval.build import load_or_build_searcher
 
     searcher = load_or_build_searcher(
@@ -158,6 +158,7 @@ def run(cfg: DictConfig) -> None:
 
 def embed_units(cfg: DictConfig, units_path: Path) -> Path | None:
     """Only the (resumable, cached) unit embeddings, in the directory the index stage reads."""
+    # torch loads only for the embed stage
     from densex.retrieval.build import default_shard_size, embeddings_dir
     from densex.retrieval.encode import encode_units_to_dir
     from densex.retrieval.encoders import RetrieverSpec

@@ -33,6 +33,8 @@ from densex.utils.integrity import remove_orphans
 from densex.utils.io import DataError, read_jsonl, write_jsonl
 from densex.utils.logging import get_logger
 from densex.utils.models import resolve_dtype, resolve_model
+from densex.utils.shards import pending as shards_pending
+from densex.utils.shards import plan_shards, rank_share
 from densex.utils.trainer import predict_trainer
 
 log = get_logger(__name__)
@@ -101,7 +103,8 @@ class PropositionGenerator(pl.LightningModule):
 
     def predict_dataloader(self) -> DataLoader:
         rank, world = self.trainer.global_rank, self.trainer.world_size
-        return DataLoader(self.shards[rank::world], batch_size=1, shuffle=False, collate_fn=_only)
+        mine = rank_share(self.shards, rank, world)
+        return DataLoader(mine, batch_size=1, shuffle=False, collate_fn=_only)
 
     def generate(self, sources: Sequence[str]) -> tuple[list[str], list[bool]]:
         """Generate for `sources` in length-sorted batches; return texts and, per text, whether
@@ -236,10 +239,10 @@ def _plan_shards(passages: Sequence[Mapping[str, Any]], shard_size: int) -> list
     return [
         {
             "shard": k,
-            "ids": [p["id"] for p in passages[s : s + shard_size]],
-            "sources": [passage_source(p) for p in passages[s : s + shard_size]],
+            "ids": [p["id"] for p in passages[s:e]],
+            "sources": [passage_source(p) for p in passages[s:e]],
         }
-        for k, s in enumerate(range(0, len(passages), shard_size))
+        for k, (s, e) in enumerate(plan_shards(len(passages), shard_size))
     ]
 
 
@@ -303,11 +306,10 @@ def _generate_with_model(
     shard_dir = out_path.parent / "shards" / key
     remove_orphans(shard_dir)  # temp files of a killed earlier run
     shards = _plan_shards(passages, opts.shard_size)
-    pending = [
-        s
-        for s in shards
-        if _read_shard(shard_dir / SHARD_NAME.format(s["shard"]), s["ids"]) is None
-    ]
+    pending = shards_pending(
+        shards,
+        lambda s: _read_shard(shard_dir / SHARD_NAME.format(s["shard"]), s["ids"]) is not None,
+    )
     log.info(
         "propositionizer %s: %d passages in %d shards, %d to generate (%s)",
         *(model, len(passages), len(shards), len(pending), shard_dir),

@@ -24,7 +24,7 @@ _EXPORTS = {
     "build_index": "faiss_index",
     "measure_recall": "faiss_index",
     "BM25Searcher": "bm25",
-    "UnitSearcher": "build",
+    "UnitSearcher": "search",
     "DenseSearcher": "build",
     "load_or_build_searcher": "build",
 }

@@ -12,7 +12,7 @@ from __future__ import annotations
 import shutil
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
 import numpy as np
 
@@ -20,6 +20,7 @@ from densex.retrieval.bm25 import BM25Searcher, bm25_settings
 from densex.retrieval.encode import encode_units_to_dir, open_embeddings
 from densex.retrieval.encoders import DenseRetriever, RetrieverSpec
 from densex.retrieval.faiss_index import IndexSpec, ShardedIndex, build_index_to_dir
+from densex.retrieval.search import UnitSearcher
 from densex.utils.cache import artifact_dir, content_key, hash_file
 from densex.utils.integrity import DamagedArtifact, handle_damage, remove_orphans
 from densex.utils.io import DataError
@@ -70,18 +71,6 @@ def default_shard_size(units_path: str | Path) -> int:
     from densex.utils.integrity import policy
 
     return shard_size_for(count_lines(units_path), policy())
-
-
-@runtime_checkable
-class UnitSearcher(Protocol):
-    """What passage search needs: top-n unit rows per query (-1 = no more units)."""
-
-    unit_ids: list[str]
-
-    @property
-    def ntotal(self) -> int: ...
-
-    def search(self, queries: Sequence[str], n: int) -> tuple[np.ndarray, np.ndarray]: ...
 
 
 class DenseSearcher:

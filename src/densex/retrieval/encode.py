@@ -43,20 +43,11 @@ from densex.utils.io import (
 )
 from densex.utils.logging import get_logger
 from densex.utils.progress import is_tty
+from densex.utils.shards import pending as shards_pending
+from densex.utils.shards import plan_shards, rank_share, shard_stem
 from densex.utils.trainer import predict_trainer
 
 log = get_logger(__name__)
-
-
-def shard_stem(start: int, end: int) -> str:
-    return f"{start:010d}-{end:010d}"
-
-
-def plan_shards(n: int, shard_size: int) -> list[tuple[int, int]]:
-    """Global row ranges [start, end) of `shard_size` rows (the last may be shorter)."""
-    if shard_size <= 0:
-        raise ValueError("shard_size must be positive")
-    return [(s, min(s + shard_size, n)) for s in range(0, n, shard_size)]
 
 
 # ----------------------------------------------------------------------------- storage
@@ -268,7 +259,7 @@ class UnitsDataModule(pl.LightningDataModule):
     def predict_dataloader(self) -> DataLoader:
         rank, world = self.trainer.global_rank, self.trainer.world_size
         return DataLoader(
-            UnitsDataset(self.shards[rank::world], self.texts),
+            UnitsDataset(rank_share(self.shards, rank, world), self.texts),
             batch_size=self.batch_size,
             shuffle=False,
             collate_fn=_Collate(self.encoder),
@@ -475,7 +466,7 @@ def encode_units_to_dir(
     _bind_job(out, job)
     plan = plan_shards(n_units, shard_size)
     done = _complete_shards(out, plan, job["dtype"])
-    pending = [sh for sh in plan if sh not in done]
+    pending = shards_pending(plan, done.__contains__)
     t0 = time.perf_counter()
     trainer = _encode_pending(units_path, spec, out, pending, job["dtype"], trainer_cfg, len(done))
     if trainer is not None and not trainer.is_global_zero:  # ddp: rank 0 writes the manifest

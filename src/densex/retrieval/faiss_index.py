@@ -484,15 +484,13 @@ def merge_top_n(
 
 
 def exact_knn(vectors: Any, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-    """Exact inner-product top-k over streamed blocks (no second full index in memory)."""
+    """Exact inner-product top-k (k <= number of vectors) over streamed blocks, with faiss's
+    `knn_ground_truth` (no second full index in memory)."""
+    from faiss.contrib.exhaustive_search import knn_ground_truth
+
     q = np.ascontiguousarray(queries, dtype=np.float32)
-    best_d = np.full((len(q), 0), -np.inf, dtype=np.float32)
-    best_i = np.full((len(q), 0), -1, dtype=np.int64)
-    for start, arr in iter_arrays(vectors):
-        kk = min(k, len(arr))
-        d, i = faiss.knn(q, arr, kk, metric=faiss.METRIC_INNER_PRODUCT)
-        best_d, best_i = merge_top_n(best_d, best_i, d, i + start, k)
-    return best_d, best_i
+    blocks = (arr for _, arr in iter_arrays(vectors))
+    return knn_ground_truth(q, blocks, k, metric_type=faiss.METRIC_INNER_PRODUCT, ngpu=0)
 
 
 def measure_recall(

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -31,12 +31,16 @@ log = get_logger(__name__)
 QUERY_CHUNK = 512
 
 
-class Searcher(Protocol):
-    """What `retrieve_passages` needs from a unit index (`densex.retrieval.build.UnitSearcher`)."""
+@runtime_checkable
+class UnitSearcher(Protocol):
+    """A unit index (dense, BM25, a union or fusion of them): `search(queries, n)` gives the
+    top-n unit rows per query as (scores float32 [nq, n], rows int64 [nq, n]; -1 = no more
+    units) and `ntotal` the number of units. What `retrieve_passages` needs."""
 
-    ntotal: int
+    @property
+    def ntotal(self) -> int: ...
 
-    def search(self, queries: list[str], n: int) -> tuple[np.ndarray, np.ndarray]: ...
+    def search(self, queries: Sequence[str], n: int) -> tuple[np.ndarray, np.ndarray]: ...
 
 
 @dataclass
@@ -85,7 +89,7 @@ def max_over_units(
 
 
 def search_chunked(
-    searcher: Searcher, queries: Sequence[str], n: int, chunk: int = QUERY_CHUNK
+    searcher: UnitSearcher, queries: Sequence[str], n: int, chunk: int = QUERY_CHUNK
 ) -> tuple[np.ndarray, np.ndarray]:
     """`searcher.search(queries, n)` in chunks of `chunk` queries, under a progress bar (or
     periodic log lines) with queries/s; the same arrays as one call."""
@@ -103,7 +107,7 @@ def search_chunked(
 
 
 def retrieve_passages(
-    searcher: Searcher,
+    searcher: UnitSearcher,
     queries: Sequence[str],
     unit_passage_rows: np.ndarray | Sequence[int],
     k: int,
