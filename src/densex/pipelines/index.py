@@ -47,7 +47,7 @@ def propositions_key(cfg: DictConfig, passages_path: Path) -> str:
     if ptype == "teacher" or settings.get("prompt"):
         prompt = settings.get("prompt")
         if not prompt:
-            from densex.propositionizer.teacher import default_prompt_path
+            from densex.propositionizer.teacher import default_prompt_path  # as above
 
             prompt = default_prompt_path()
         if Path(prompt).is_file():
@@ -69,7 +69,7 @@ def generated_propositions(cfg: DictConfig, passages_path: Path) -> Path:
     """Run the configured propositionizer over the passages, cached by `propositions_key`
     (passages, settings, model files, prompt), so a retrained model exported to the same dir
     or an edited prompt generates afresh."""
-    from densex.propositionizer.generate import generate_propositions
+    from densex.propositionizer.generate import generate_propositions  # transformers
 
     path = generated_propositions_path(cfg, passages_path)
     remove_orphans(path.parent)
@@ -84,7 +84,7 @@ def generated_propositions(cfg: DictConfig, passages_path: Path) -> Path:
 def _propositions_intact(path: Path) -> bool:
     """Whether a cached propositions file matches the size + hash its manifest recorded;
     damaged (or unrecorded) ones are reported and regenerated (`cache.on_damaged`)."""
-    from densex.propositionizer.generate import manifest_path
+    from densex.propositionizer.generate import manifest_path  # transformers
 
     try:
         record = read_json(manifest_path(path)).get("file")

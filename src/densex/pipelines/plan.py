@@ -35,8 +35,10 @@ from typing import Any
 
 from omegaconf import DictConfig
 
+from densex.corpus.units import units_dir_for
 from densex.utils.config import plain_data
 from densex.utils.logging import get_logger, render
+from densex.utils.models import resolve_model
 
 log = get_logger(__name__)
 
@@ -109,8 +111,6 @@ def retriever_dim(retriever_cfg: Mapping[str, Any]) -> tuple[int | None, str]:
         return int(r["dim"]), "retriever.dim"
     model = r.get("doc_model") or r.get("query_model")
     if model:
-        from densex.utils.models import resolve_model
-
         try:
             local = Path(resolve_model(str(model)))
         except (FileNotFoundError, ImportError):
@@ -202,8 +202,6 @@ def _from_units_cache(corpus: Mapping[str, Any], cache_dir: Path) -> dict[str, d
     """Counts and bytes per unit of this corpus's built units dir (`units_dir_for`: the same
     inputs and settings), when it exists."""
     try:
-        from densex.corpus.units import units_dir_for
-
         unit_dir = Path(units_dir_for(corpus, cache_dir))
     except Exception:  # noqa: BLE001 - no input to key by (e.g. a hub collection): not built
         return None

@@ -22,7 +22,7 @@ from densex.retrieval.encoders import DenseRetriever, RetrieverSpec
 from densex.retrieval.faiss_index import IndexSpec, ShardedIndex, build_index_to_dir
 from densex.retrieval.search import UnitSearcher
 from densex.utils.cache import artifact_dir, content_key, hash_file
-from densex.utils.integrity import DamagedArtifact, handle_damage, remove_orphans
+from densex.utils.integrity import DamagedArtifact, handle_damage, policy, remove_orphans
 from densex.utils.io import DataError
 from densex.utils.logging import get_logger
 
@@ -68,7 +68,6 @@ def count_lines(path: str | Path, chunk: int = 16 << 20) -> int:
 
 def default_shard_size(units_path: str | Path) -> int:
     """`shard_size_for` the units file, with the `cache` settings of this process."""
-    from densex.utils.integrity import policy
 
     return shard_size_for(count_lines(units_path), policy())
 

@@ -10,6 +10,7 @@ import pytorch_lightning as pl
 from omegaconf import DictConfig, OmegaConf
 from pytorch_lightning.callbacks.progress import ProgressBar
 
+from densex.utils.logging import get_logger
 from densex.utils.models import resolve_precision
 from densex.utils.progress import LogProgress, is_tty
 
@@ -83,7 +84,6 @@ def multirun_safe_strategy(strategy: Any, devices: Any = 1, num_nodes: Any = 1) 
     n = _processes(devices, num_nodes)
     if (n is not None and n <= 1) or not hydra_multirun() or launched_externally():
         return strategy
-    from densex.utils.logging import get_logger
 
     get_logger(__name__).warning(
         "trainer.strategy=ddp inside a Hydra multirun re-runs the whole sweep in every rank;"
