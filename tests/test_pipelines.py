@@ -491,7 +491,7 @@ def test_fetch_units_for_words_extends_only_short_results():
 
 def test_evaluate_non_zero_rank_writes_nothing(repo_root, small, monkeypatch, tmp_path):
     """trainer.strategy=ddp re-runs the script per rank: rank 1 encodes, then returns."""
-    import densex.retrieval.build as build
+    import densex.pipelines.fusion as fusion
     from densex.pipelines.evaluate import run
 
     calls = []
@@ -501,7 +501,7 @@ def test_evaluate_non_zero_rank_writes_nothing(repo_root, small, monkeypatch, tm
         raise_if_used = type("S", (), {"unit_ids": property(lambda s: 1 / 0)})
         return raise_if_used()
 
-    monkeypatch.setattr(build, "load_or_build_searcher", fake_searcher)
+    monkeypatch.setattr(fusion, "load_or_build_searcher", fake_searcher)
     monkeypatch.setenv("RANK", "1")
     cfg = _compose_evaluate(
         repo_root, [*_contract(small, "passage"), f"paths.output_dir={tmp_path / 'run'}"]
