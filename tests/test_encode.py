@@ -306,3 +306,29 @@ def test_two_processes_on_the_arrow_units_equal_one(squad_open: Path, tiny_bert,
     two = encode_units_to_dir(files["passage"], tiny_bert, tmp_path / "two", ddp, shard_size=8)
     assert two.manifest["processes"] == 2 and two.ids == one.ids == [r["id"] for r in rows]
     np.testing.assert_allclose(two.embeddings, one.embeddings, atol=1e-6)
+
+
+def test_more_processes_than_shards(reference, units_file, tiny_bert, tmp_path) -> None:
+    """2 processes, 1 shard: the idle rank gets one probe row (Lightning wants a batch on every
+    rank) that it never writes; the shard is written once, equal to one process's."""
+    ddp = {**CPU, "devices": 2, "strategy": "ddp_spawn"}
+    store = encode_units_to_dir(units_file, tiny_bert, tmp_path, ddp, shard_size=64)
+    assert store.manifest["processes"] == 2 and len(store.manifest["shards"]) == 1
+    assert store.ids == reference.ids
+    np.testing.assert_allclose(store.embeddings, reference.embeddings, atol=1e-6)
+
+
+def test_under_ddp_only_rank_0_builds_the_index(units_file, tiny_bert, tmp_path, monkeypatch):
+    """A rank other than 0 encodes (its share of the shards) and gets no index: rank 0 builds
+    it after every shard exists, then finds the encoding done."""
+    from densex.retrieval.build import EncodedUnits
+
+    monkeypatch.setenv("RANK", "1")
+    other = load_or_build_searcher(units_file, tiny_bert, None, tmp_path, trainer_cfg=CPU)
+    assert isinstance(other, EncodedUnits) and other.ntotal == 40 and other.info["encoded"]
+    assert not list(tmp_path.glob("index/**/manifest.json"))
+    with pytest.raises(RuntimeError, match="only rank 0 searches"):
+        other.search(["q"], 1)
+    monkeypatch.delenv("RANK")
+    zero = load_or_build_searcher(units_file, tiny_bert, None, tmp_path, trainer_cfg=CPU)
+    assert zero.info["index_built"] and not zero.info["encoded"] and zero.ntotal == 40

@@ -29,6 +29,7 @@ from densex.analysis.fusion import UnionSearcher, fuse_retrievals
 from densex.pipelines.index import unit_file
 from densex.retrieval.build import load_or_build_searcher
 from densex.retrieval.search import fetch_units_for_words, retrieve_passages
+from densex.utils.distributed import global_rank
 from densex.utils.io import DataError, atomic_open
 from densex.utils.logging import get_logger
 
@@ -148,6 +149,8 @@ def cell_searcher(cfg: DictConfig, unit_files: Any, units_path: Path) -> Any:
     offsets = np.cumsum([0] + [sizes[g] for g in grans])
     for m in built:
         m.offset = int(offsets[grans.index(m.granularity)])
+    if global_rank() != 0:  # ddp: this rank took part in encoding; rank 0 searches
+        return built[0].searcher
     if not is_rrf(cfg):
         return UnionSearcher([m.searcher for m in built])
     return FusionMembers(built, grans)

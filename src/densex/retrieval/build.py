@@ -22,6 +22,7 @@ from densex.retrieval.encoders import DenseRetriever, RetrieverSpec
 from densex.retrieval.faiss_index import IndexSpec, ShardedIndex, build_index_to_dir
 from densex.retrieval.search import UnitSearcher
 from densex.utils.cache import artifact_dir, content_key, hash_file
+from densex.utils.distributed import global_rank
 from densex.utils.integrity import DamagedArtifact, handle_damage, policy, remove_orphans
 from densex.utils.io import DataError
 from densex.utils.logging import get_logger
@@ -70,6 +71,17 @@ def default_shard_size(units_path: str | Path) -> int:
     """`shard_size_for` the units file, with the `cache` settings of this process."""
 
     return shard_size_for(count_lines(units_path), policy())
+
+
+class EncodedUnits:
+    """What a ddp rank other than 0 gets: the units are encoded (every shard on disk), the
+    index is rank 0's to build and search."""
+
+    def __init__(self, ntotal: int, info: dict[str, Any]) -> None:
+        self.ntotal, self.info = ntotal, info
+
+    def search(self, queries: Sequence[str], n: int) -> tuple[np.ndarray, np.ndarray]:
+        raise RuntimeError("only rank 0 searches: this rank took part in encoding only")
 
 
 class DenseSearcher:
@@ -137,6 +149,8 @@ def load_or_build_searcher(
     if encoded:
         store = encode_units_to_dir(units_path, spec, emb_dir, trainer_cfg, shard_size=shard_size)
 
+    if global_rank() != 0:  # ddp: every rank encoded its shards; rank 0 alone builds the index
+        return EncodedUnits(len(store), {"embeddings_dir": str(emb_dir), "encoded": encoded})
     ispec = IndexSpec.from_cfg(index_cfg)
     index, idx_dir, built = _load_or_build_index(
         store, spec, ispec, emb_dir, cache_dir, units_path, rebuild=encoded

@@ -214,12 +214,15 @@ class ShardTexts:
 class UnitsDataset(Dataset):
     """(row, text) for the shards one process encodes, shard after shard, each longest first."""
 
-    def __init__(self, shards: Sequence[tuple[int, int]], texts: ShardTexts) -> None:
-        self.shards, self.texts = list(shards), texts
+    def __init__(
+        self, shards: Sequence[tuple[int, int]], texts: ShardTexts, limit: int | None = None
+    ) -> None:
+        self.shards, self.texts, self.limit = list(shards), texts, limit
         self._ends = np.cumsum([e - s for s, e in self.shards])
 
     def __len__(self) -> int:
-        return int(self._ends[-1]) if len(self._ends) else 0
+        n = int(self._ends[-1]) if len(self._ends) else 0
+        return n if self.limit is None else min(n, self.limit)
 
     def __getitem__(self, i: int) -> tuple[int, Any]:
         w = int(np.searchsorted(self._ends, i, side="right"))
@@ -258,8 +261,16 @@ class UnitsDataModule(pl.LightningDataModule):
 
     def predict_dataloader(self) -> DataLoader:
         rank, world = self.trainer.global_rank, self.trainer.world_size
+        mine = rank_share(self.shards, rank, world)
+        # more ranks than pending shards: Lightning wants a batch on every rank, so an idle
+        # rank encodes one row of the first shard, which its writer never completes or writes
+        dataset = (
+            UnitsDataset(mine, self.texts)
+            if mine or not self.shards
+            else UnitsDataset(self.shards[:1], self.texts, limit=1)
+        )
         return DataLoader(
-            UnitsDataset(rank_share(self.shards, rank, world), self.texts),
+            dataset,
             batch_size=self.batch_size,
             shuffle=False,
             collate_fn=_Collate(self.encoder),
