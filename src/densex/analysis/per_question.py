@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from densex.utils.io import DataError, read_jsonl, write_jsonl
+from densex.utils.io import DataError, csv_rows, read_jsonl, write_jsonl
 
 PER_QUESTION_FILE = "per_question.jsonl"
 
@@ -158,24 +158,17 @@ def paired_scores(
 
 def load_popularity(path: str | os.PathLike) -> dict[str, float]:
     """`{question id: popularity}` from a JSONL (`id`, `popularity`) or CSV with those columns."""
-    import csv
-
     path = Path(path)
     out: dict[str, float] = {}
     if path.suffix == ".jsonl":
         for row in read_jsonl(path, nonempty=("id",), required=("popularity",)):
             out[str(row["id"])] = float(row["popularity"])
         return out
-    with path.open(encoding="utf-8") as f:
-        reader = csv.DictReader(f)
-        for field in ("id", "popularity"):
-            if field not in (reader.fieldnames or []):
-                raise DataError(path, 1, field, "missing column")
-        for lineno, row in enumerate(reader, start=2):
-            try:
-                out[str(row["id"])] = float(row["popularity"])
-            except ValueError as e:
-                raise DataError(path, lineno, "popularity", "not a number") from e
+    for lineno, row in csv_rows(path, required=("id", "popularity")):
+        try:
+            out[str(row["id"])] = float(row["popularity"])
+        except ValueError as e:
+            raise DataError(path, lineno, "popularity", "not a number") from e
     return out
 
 

@@ -40,6 +40,7 @@ from typing import Any
 
 from densex.corpus.readers import Skips, why_not_text
 from densex.utils.io import DataError, decode_line
+from densex.utils.shards import batched
 
 __all__ = [
     "iter_passage_batches",
@@ -233,13 +234,6 @@ def _title_text(
     return (title.strip() if isinstance(title, str) else ""), text.strip()
 
 
-def _batched(rows: Iterator[dict[str, Any]], batch_size: int) -> Iterator[list[dict[str, Any]]]:
-    if batch_size < 1:
-        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-    while batch := list(itertools.islice(rows, batch_size)):
-        yield batch
-
-
 def iter_passage_batches(
     source_cfg: Mapping[str, Any], skips: Skips | None, batch_size: int
 ) -> Iterator[list[dict[str, Any]]]:
@@ -271,7 +265,7 @@ def iter_passage_batches(
                 "text": title_text[1],
             }
 
-    return _batched(passages(), batch_size)
+    return batched(passages(), batch_size)
 
 
 def passage_id_rule(source_cfg: Mapping[str, Any]) -> tuple[str | None, re.Pattern[str] | None]:
@@ -336,4 +330,4 @@ def iter_unit_batches(
                 continue
             yield {"id": uid, "passage_id": pid, "text": title_text[1]}
 
-    return _batched(units(), batch_size)
+    return batched(units(), batch_size)

@@ -10,7 +10,6 @@ unit) and fetches text only for the rows it retrieved.
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -176,8 +175,3 @@ def table_from_jsonl(
         cols["title"].append(str(u.get("title") or ""))
     schema = UNIT_SCHEMA.append(pa.field("title", pa.string()))
     return ArrowTable(pa.table(cols, schema=schema), units_path)
-
-
-def jsonl_line(row: dict[str, Any]) -> str:
-    """One JSONL line as every unit/passage file of the project writes it."""
-    return json.dumps(row, ensure_ascii=False) + "\n"

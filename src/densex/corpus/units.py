@@ -33,7 +33,6 @@ from densex.corpus.columnar import (
     PASSAGE_SCHEMA,
     UNIT_SCHEMA,
     ArrowTable,
-    jsonl_line,
     shard_path,
     table_from_jsonl,
     write_shard,
@@ -52,6 +51,7 @@ from densex.utils.integrity import file_records, handle_damage, remove_orphans, 
 from densex.utils.io import (
     DataError,
     atomic_open,
+    jsonl_line,
     numbered_jsonl,
     read_json,
     write_json,
@@ -59,6 +59,7 @@ from densex.utils.io import (
 )
 from densex.utils.logging import get_logger
 from densex.utils.progress import Progress
+from densex.utils.shards import batched
 
 log = get_logger(__name__)
 
@@ -205,17 +206,6 @@ def _granularities(corpus_cfg: Mapping[str, Any]) -> tuple[str, ...]:
     return wanted
 
 
-def _batched(items: Iterable[dict[str, Any]], size: int) -> Iterator[list[dict[str, Any]]]:
-    batch: list[dict[str, Any]] = []
-    for item in items:
-        batch.append(item)
-        if len(batch) == size:
-            yield batch
-            batch = []
-    if batch:
-        yield batch
-
-
 def _source_rows(corpus_cfg: Mapping[str, Any], skips: Skips) -> Iterator[dict[str, Any]]:
     """Passages (`corpus.passages`) or documents (`corpus.documents`), streamed."""
     sources = corpus_cfg.get("sources") or {}
@@ -321,12 +311,13 @@ def _build_passage_shards(
     seen: set[str] = set()  # documents: the passage ids made so far (ids must be unique)
     offset = kept = 0
     with Progress("units: passages", unit="passages") as bar:
-        for b, batch in enumerate(_batched(_source_rows(corpus_cfg, skips), shard_rows)):
+        for b, batch in enumerate(batched(_source_rows(corpus_cfg, skips), shard_rows)):
             done = shard_path(out / "arrow" / "passages", b)
             if done.exists():  # resumed: this shard was completed by an earlier run
-                n = len(ArrowTable.open_files([done]))
+                table = ArrowTable.open_files([done])
+                n = len(table)
                 if from_documents:
-                    seen.update(ArrowTable.open_files([done]).slice("id", 0, n))
+                    seen.update(table.slice("id", 0, n))
                 offset, kept = offset + n, kept + 1
                 bar.advance(n)
                 continue
@@ -401,13 +392,13 @@ def _passage_rows(passages: ArrowTable) -> dict[str, int]:
 
 
 def _build_proposition_shards(
-    path: str | os.PathLike, passages: ArrowTable, out: Path, skips: Skips, shard_units: int
-) -> None:
+    path: str | os.PathLike, passages: ArrowTable, row_of: dict[str, int], out: Path,
+    skips: Skips, shard_units: int,
+) -> None:  # fmt: skip
     """Proposition units from `{"id": passage_id, "propositions": [str, ...]}` JSONL, in the
     file's row order, streamed into shards. Every passage must have a row and every row a known
     passage, so a truncated or mismatched file fails loudly (or, with `on_error="skip"`, every
     gap is counted). Memory: one dict entry and one flag per passage, nothing per unit."""
-    row_of = _passage_rows(passages)
     seen = np.zeros(len(passages), dtype=bool)
     shards = _UnitShards(out, "proposition", shard_units)
     with Progress("units: propositions", unit="passages") as bar:
@@ -425,14 +416,13 @@ def _build_proposition_shards(
 
 
 def _build_collection_shards(
-    source_cfg: Mapping[str, Any], granularity: str, passages: ArrowTable, out: Path,
+    source_cfg: Mapping[str, Any], granularity: str, row_of: dict[str, int], out: Path,
     skips: Skips, shard_units: int,
 ) -> None:  # fmt: skip
     """Units of a ready-made collection (`corpus.sources.<granularity>`: FactoidWiki's
     sentences / propositions), passage by the source's mapping rule, streamed into shards in
     the collection's order; a unit of an unknown passage is a located `DataError`."""
 
-    row_of = _passage_rows(passages)
     shards = _UnitShards(out, granularity, shard_units)
     source = str(source_cfg.get("path"))
     with Progress(f"units: {granularity}", unit="units") as bar:
@@ -540,15 +530,18 @@ def _build_unit_tables(
     shard_units = int(corpus_cfg.get("shard_units") or DEFAULT_SHARD_UNITS)
     props_path = propositions_path or corpus_cfg.get("propositions")
     grans = []
+    row_of: dict[str, int] | None = None  # passage id -> row, built once if any table needs it
     for g in wanted:
+        if g != "passage" and (sources.get(g) or (g == "proposition" and props_path)):
+            row_of = row_of if row_of is not None else _passage_rows(passages)
         if sources.get(g) and g != "passage":
-            _build_collection_shards(sources[g], g, passages, out, skips, shard_units)
+            _build_collection_shards(sources[g], g, row_of, out, skips, shard_units)
         elif g == "proposition":
             if not props_path:
                 shutil.rmtree(out / "arrow" / "proposition", ignore_errors=True)
                 (out / "proposition.jsonl").unlink(missing_ok=True)
                 continue
-            _build_proposition_shards(props_path, passages, out, skips, shard_units)
+            _build_proposition_shards(props_path, passages, row_of, out, skips, shard_units)
         grans.append(g)
     return grans
 

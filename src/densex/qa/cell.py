@@ -16,7 +16,7 @@ from densex.metrics.answers import compile_answer_pattern, exact_match, has_answ
 from densex.qa.answer_recall import first_answer_words, recall_curve
 from densex.qa.budget import first_words
 from densex.qa.reader import Reader, build_reader
-from densex.utils.io import DataError, atomic_open, write_jsonl, write_manifest
+from densex.utils.io import DataError, atomic_open, csv_rows, write_jsonl, write_manifest
 from densex.utils.logging import get_logger
 
 log = get_logger(__name__)
@@ -43,25 +43,17 @@ def write_curve(path: str | os.PathLike, recall: Sequence[float], step: int = 1)
 
 def read_curve(path: str | os.PathLike) -> tuple[list[int], list[float]]:
     """Read back an `answer_recall_by_words.csv` (words, recall in percent)."""
-    path = Path(path)
-    if not path.exists():
-        raise DataError(path, None, None, "file not found")
     words: list[int] = []
     recall: list[float] = []
-    with path.open(encoding="utf-8") as f:
-        reader = csv.DictReader(f)
-        for field in ("words", "recall"):
-            if field not in (reader.fieldnames or []):
-                raise DataError(path, 1, field, "missing column")
-        for lineno, row in enumerate(reader, start=2):
-            try:
-                words.append(int(row["words"]))
-            except (TypeError, ValueError) as e:
-                raise DataError(path, lineno, "words", f"not an integer: {row['words']!r}") from e
-            try:
-                recall.append(float(row["recall"]))
-            except (TypeError, ValueError) as e:
-                raise DataError(path, lineno, "recall", f"not a number: {row['recall']!r}") from e
+    for lineno, row in csv_rows(path, required=("words", "recall")):
+        try:
+            words.append(int(row["words"]))
+        except (TypeError, ValueError) as e:
+            raise DataError(path, lineno, "words", f"not an integer: {row['words']!r}") from e
+        try:
+            recall.append(float(row["recall"]))
+        except (TypeError, ValueError) as e:
+            raise DataError(path, lineno, "recall", f"not a number: {row['recall']!r}") from e
     return words, recall
 
 

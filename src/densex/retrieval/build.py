@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from densex.retrieval.bm25 import BM25Searcher, bm25_settings
-from densex.retrieval.encode import encode_units_to_dir, open_embeddings
+from densex.retrieval.encode import EmbeddingStore, encode_units_to_dir, open_embeddings
 from densex.retrieval.encoders import DenseRetriever, RetrieverSpec
 from densex.retrieval.faiss_index import IndexSpec, ShardedIndex, build_index_to_dir
 from densex.retrieval.search import UnitSearcher
@@ -87,7 +87,7 @@ class EncodedUnits:
 class DenseSearcher:
     """Query encoder + faiss index over the unit embeddings of one units file."""
 
-    def __init__(self, retriever: DenseRetriever, index: ShardedIndex, store: Any):
+    def __init__(self, retriever: DenseRetriever, index: ShardedIndex, store: EmbeddingStore):
         if index.ntotal != len(store):
             raise ValueError(f"index has {index.ntotal} vectors for {len(store)} units")
         self.retriever, self.index, self._store = retriever, index, store
@@ -96,7 +96,7 @@ class DenseSearcher:
     @property
     def unit_ids(self) -> list[str]:
         """The unit ids in row order (read on first use: one string per unit)."""
-        return self._store.ids if hasattr(self._store, "ids") else list(self._store)
+        return self._store.ids
 
     @property
     def ntotal(self) -> int:

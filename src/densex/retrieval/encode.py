@@ -203,9 +203,10 @@ class ShardTexts:
                 rows = units.table.column("passage_row").slice(shard[0], shard[1] - shard[0])
                 titles = passages.take("title", rows.to_numpy())
             texts = format_unit_texts(self.spec, titles, units.slice("text", *shard))
+            ids = units.slice("id", *shard)
             del passages, units
             order, truncated = _length_order(self.encoder, texts, range(*shard))
-            cut = [uid for uid, t in zip(self.ids(shard), truncated) if t]
+            cut = [uid for uid, t in zip(ids, truncated) if t]
             write_json(self.out / f"trunc-{shard_stem(*shard)}.json", cut, indent=None)
             self._shard, self._texts, self._order = shard, texts, order
         return self._texts, self._order

@@ -370,12 +370,7 @@ def build_index(vectors: Any, spec: IndexSpec | Mapping[str, Any] | None = None)
     dim = int(vectors.dim if hasattr(vectors, "dim") else np.asarray(vectors).shape[1])
     template, factory = _trained_template(vectors, ntotal, dim, spec)
     bounds = shard_bounds(ntotal, spec.num_shards)
-    shards = [faiss.clone_index(template) for _ in range(len(bounds) - 1)]
-    for start, arr in iter_arrays(vectors):
-        for s, shard in enumerate(shards):
-            lo, hi = max(start, bounds[s]), min(start + len(arr), bounds[s + 1])
-            if lo < hi:
-                shard.add(arr[lo - start : hi - start])
+    shards = list(filled_shards(template, vectors, bounds))
     for shard in shards:
         _set_params(shard, spec.params)
     index = ShardedIndex(shards, bounds[:-1], spec)
@@ -383,6 +378,24 @@ def build_index(vectors: Any, spec: IndexSpec | Mapping[str, Any] | None = None)
     _measure(index, vectors, spec, factory)
     index.info["build_seconds"] = round(time.perf_counter() - t0, 3)
     return index.to_gpu()
+
+
+def filled_shards(template: faiss.Index, vectors: Any, bounds: list[int]) -> Iterator[faiss.Index]:
+    """Shard after shard (rows bounds[i]..bounds[i+1], each a clone of `template`), filled in
+    one streamed pass over `vectors` and yielded as soon as it is full; an empty corpus gives
+    one empty shard."""
+    s, shard = 0, faiss.clone_index(template)
+    for start, arr in iter_arrays(vectors):  # shards are contiguous row ranges
+        pos = 0
+        while pos < len(arr):
+            take = min(len(arr) - pos, bounds[s + 1] - (start + pos))
+            shard.add(arr[pos : pos + take])
+            pos += take
+            if start + pos == bounds[s + 1]:
+                yield shard
+                s, shard = s + 1, faiss.clone_index(template)
+    if s < len(bounds) - 1:
+        yield shard
 
 
 def shard_file_name(i: int, count: int) -> str:
@@ -420,19 +433,9 @@ def build_index_to_dir(
     per_vector = max(1, int(getattr(template, "code_size", dim * 4)))
     bounds = shard_bounds(ntotal, shards_for_budget(ntotal, per_vector, spec))
     n_shards = len(bounds) - 1
-    s, shard = 0, faiss.clone_index(template)
-    for start, arr in iter_arrays(vectors):  # one pass; shards are contiguous row ranges
-        pos = 0
-        while pos < len(arr):
-            take = min(len(arr) - pos, bounds[s + 1] - (start + pos))
-            shard.add(arr[pos : pos + take])
-            pos += take
-            if start + pos == bounds[s + 1]:  # shard s is full: write it, release it
-                write_shard_index(shard, out / shard_file_name(s, n_shards))
-                s, shard = s + 1, faiss.clone_index(template)
-    for rest in range(s, n_shards):  # an empty corpus: one empty shard
-        write_shard_index(shard, out / shard_file_name(rest, n_shards))
-    del shard
+    for s, shard in enumerate(filled_shards(template, vectors, bounds)):
+        write_shard_index(shard, out / shard_file_name(s, n_shards))  # then released
+        del shard
     paths = [out / shard_file_name(s, n_shards) for s in range(n_shards)]
     ntotals = [bounds[s + 1] - bounds[s] for s in range(n_shards)]
     index = ShardedIndex([None] * n_shards, bounds[:-1], spec, paths, ntotals, dim)

@@ -8,6 +8,7 @@ Two promises the whole pipeline relies on:
 from __future__ import annotations
 
 import contextlib
+import csv
 import gzip
 import hashlib
 import io
@@ -85,6 +86,22 @@ def decode_line(raw: bytes, path: str | os.PathLike, line: int | None, start: in
         raise DataError(
             path, line, None, f"invalid UTF-8 byte 0x{bad} at byte offset {start + e.start}"
         ) from None
+
+
+def csv_rows(
+    path: str | os.PathLike, required: Sequence[str] = ()
+) -> Iterator[tuple[int, dict[str, str]]]:
+    """`(line number, row)` of a CSV file with a header line; a missing file or `required`
+    column is a located `DataError` (line 1 for a column)."""
+    path = Path(path)
+    if not path.exists():
+        raise DataError(path, None, None, "file not found")
+    with path.open(encoding="utf-8", newline="") as f:
+        reader = csv.DictReader(f)
+        for name in required:
+            if name not in (reader.fieldnames or []):
+                raise DataError(path, 1, name, "missing column")
+        yield from enumerate(reader, start=2)
 
 
 def read_jsonl(
@@ -195,12 +212,17 @@ def open_text(path: str | os.PathLike, encoding: str = "utf-8") -> IO[str]:
     return open(path, encoding=encoding)
 
 
+def jsonl_line(row: dict[str, Any]) -> str:
+    """One JSONL line as every file of the project writes it (UTF-8, non-ASCII kept)."""
+    return json.dumps(row, ensure_ascii=False) + "\n"
+
+
 def write_jsonl(path: str | os.PathLike, rows: Iterable[dict[str, Any]]) -> int:
-    """Write rows atomically as JSONL (UTF-8, non-ASCII kept); return the number written."""
+    """Write rows atomically as JSONL (`jsonl_line`); return the number written."""
     n = 0
     with atomic_open(path) as f:
         for row in rows:
-            f.write(json.dumps(row, ensure_ascii=False) + "\n")
+            f.write(jsonl_line(row))
             n += 1
     return n
 

@@ -9,12 +9,13 @@ process.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import itertools
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import TypeVar
 
 T = TypeVar("T")
 
-__all__ = ["pending", "plan_shards", "rank_share", "shard_stem"]
+__all__ = ["batched", "pending", "plan_shards", "rank_share", "shard_stem"]
 
 
 def plan_shards(n: int, shard_size: int) -> list[tuple[int, int]]:
@@ -22,6 +23,15 @@ def plan_shards(n: int, shard_size: int) -> list[tuple[int, int]]:
     if shard_size <= 0:
         raise ValueError("shard_size must be positive")
     return [(s, min(s + shard_size, n)) for s in range(0, n, shard_size)]
+
+
+def batched(items: Iterable[T], size: int) -> Iterator[list[T]]:
+    """Consecutive lists of `size` items (the last may be shorter) from a stream."""
+    if size < 1:
+        raise ValueError(f"batch size must be >= 1, got {size}")
+    it = iter(items)
+    while batch := list(itertools.islice(it, size)):
+        yield batch
 
 
 def shard_stem(start: int, end: int) -> str:
