@@ -47,6 +47,17 @@ def cfg_index() -> Callable[..., DictConfig]:
     return functools.partial(compose_config, "index")
 
 
+@pytest.fixture
+def one_torch_thread():
+    """One torch thread during the test (a small model on a shared CPU); restored after."""
+    import torch
+
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
 @pytest.fixture(scope="session")
 def repo_root() -> Path:
     return REPO_ROOT

@@ -22,12 +22,7 @@ from helpers.run_if import RunIf
 TRAINER = {"accelerator": "cpu", "devices": 1, "enable_progress_bar": False}
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def _first_passages(squad_open: Path, tmp_path: Path, n: int) -> tuple[Path, list[dict]]:

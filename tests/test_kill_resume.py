@@ -22,20 +22,12 @@ from pathlib import Path
 import pytest
 import torch
 
+from helpers.env import subprocess_env
+
 pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parents[1]
-ENV = {
-    **os.environ,
-    "HF_HUB_OFFLINE": "1",
-    "TRANSFORMERS_OFFLINE": "1",
-    "WANDB_MODE": "disabled",
-    "TOKENIZERS_PARALLELISM": "false",
-    "OMP_NUM_THREADS": "1",
-    "HYDRA_FULL_ERROR": "1",
-    "PROJECT_ROOT": str(REPO),
-    "PYTHONPATH": str(REPO / "src") + os.pathsep + os.environ.get("PYTHONPATH", ""),
-}
+ENV = subprocess_env(HYDRA_FULL_ERROR="1")
 COMMON = ["trainer=cpu", "trainer.enable_progress_bar=false"]
 
 

@@ -3,16 +3,16 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 
 import pytest
 
+from helpers.env import subprocess_env
+
 
 def run_entry(repo_root, *args: str, timeout: int = 300) -> subprocess.CompletedProcess:
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
-    env |= {"WANDB_MODE": "disabled", "PROJECT_ROOT": str(repo_root)}
+    env = subprocess_env()
     proc = subprocess.run(
         [sys.executable, *args],
         cwd=repo_root,

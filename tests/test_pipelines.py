@@ -25,17 +25,10 @@ from densex.corpus.units import unit_tables
 from densex.pipelines.evaluate import recall_at_each_k
 from densex.utils.io import DataError, read_json
 from helpers.config import compose_config
+from helpers.env import subprocess_env
 
 ARTICLES = ("1973_oil_crisis", "Amazon_rainforest")
-ENV = {
-    **os.environ,
-    "HF_HUB_OFFLINE": "1",
-    "TRANSFORMERS_OFFLINE": "1",
-    "WANDB_MODE": "disabled",
-    "TOKENIZERS_PARALLELISM": "false",
-    "OMP_NUM_THREADS": "1",
-    "HYDRA_FULL_ERROR": "1",
-}
+ENV = subprocess_env(HYDRA_FULL_ERROR="1")
 
 
 def _evaluate(

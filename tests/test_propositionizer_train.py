@@ -35,6 +35,7 @@ from densex.propositionizer.module import (
     prepare_model_path,
 )
 from densex.utils.io import DataError
+from helpers.env import subprocess_env
 
 
 @pytest.fixture(scope="module")
@@ -518,8 +519,7 @@ def test_train_configs_compose(cfg_train, model):
 
 # ---- end to end ----------------------------------------------------------------------------------
 def train(repo_root: Path, run_dir: Path, *overrides: str, timeout: int = 600) -> dict:
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
-    env |= {"WANDB_MODE": "disabled", "PROJECT_ROOT": str(repo_root)}
+    env = subprocess_env()
     cmd = [sys.executable, "train.py", "model=tiny", "trainer=cpu", "logger=csv"]
     cmd += [f"hydra.run.dir={run_dir}", f"paths.cache_dir={run_dir.parent / 'cache'}"]
     cmd += ["trainer.enable_progress_bar=false", "trainer.log_every_n_steps=1", *overrides]

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import csv
 import json
-import os
 import subprocess
 import sys
 
@@ -14,14 +13,9 @@ import pytest
 from densex.metrics.answers import exact_match
 from densex.utils.io import read_json
 from helpers.config import compose_config
+from helpers.env import subprocess_env
 
-ENV = {
-    **os.environ,
-    "HF_HUB_OFFLINE": "1",
-    "TRANSFORMERS_OFFLINE": "1",
-    "WANDB_MODE": "disabled",
-    "OMP_NUM_THREADS": "1",
-}
+ENV = subprocess_env()
 
 
 def test_budget_sweep_with_reader_writes_em_and_table3(repo_root, minilm_path, tmp_path):

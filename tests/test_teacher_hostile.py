@@ -7,7 +7,6 @@ in its output."""
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
 import sys
@@ -21,6 +20,7 @@ pytest.importorskip("openai")
 
 from densex.propositionizer.generate import generate_propositions, manifest_path  # noqa: E402
 from densex.propositionizer.teacher import Teacher, TeacherError  # noqa: E402
+from helpers.env import subprocess_env
 
 REPO = Path(__file__).resolve().parents[1]
 DEMO = REPO / "data" / "demo"
@@ -165,18 +165,9 @@ def test_a_401_echoing_the_key_is_not_printed(server, tmp_path):
 def test_canary_secret_appears_nowhere(server, tmp_path):
     """evaluate.py with propositionizer=teacher and logger=wandb (offline): once against a
     working server, once against a 401 that echoes the key. grep -r finds neither secret."""
-    env = {
-        **os.environ,
-        "HF_HUB_OFFLINE": "1",
-        "TRANSFORMERS_OFFLINE": "1",
-        "TOKENIZERS_PARALLELISM": "false",
-        "OMP_NUM_THREADS": "1",
-        "WANDB_MODE": "offline",
-        "WANDB_DIR": str(tmp_path / "wandb-home"),
-        "PROJECT_ROOT": str(REPO),
-        "OPENAI_API_KEY": KEY,
-        "PYTHONPATH": str(REPO / "src") + os.pathsep + os.environ.get("PYTHONPATH", ""),
-    }
+    env = subprocess_env(
+        WANDB_MODE="offline", WANDB_DIR=str(tmp_path / "wandb-home"), OPENAI_API_KEY=KEY
+    )
     base = [
         sys.executable,
         str(REPO / "evaluate.py"),
