@@ -9,7 +9,8 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from densex.retrieval.encoders import RetrieverSpec, build_retriever, format_units
+from densex.retrieval.encoders import build_retriever, format_units
+from densex.retrieval.spec import RetrieverSpec
 
 torch.set_num_threads(1)
 

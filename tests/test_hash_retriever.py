@@ -17,8 +17,9 @@ from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 
 from densex.metrics.answers import SimpleTokenizer, dpr_words, has_answer
-from densex.retrieval.encoders import DenseRetriever, RetrieverSpec, format_units, load_encoder
+from densex.retrieval.encoders import DenseRetriever, format_units, load_encoder
 from densex.retrieval.hashing import HashEncoder
+from densex.retrieval.spec import RetrieverSpec
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 

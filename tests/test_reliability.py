@@ -150,7 +150,7 @@ def test_truncated_npy_shard_is_reencoded_alone(sentence_units, tiny_bert_dir, t
 
 def test_overlong_units_are_counted_with_their_ids(tmp_path, tiny_bert_dir):
     from densex.retrieval.encode import encode_units_to_dir
-    from densex.retrieval.encoders import RetrieverSpec
+    from densex.retrieval.spec import RetrieverSpec
 
     units = tmp_path / "u.jsonl"
     rows = [

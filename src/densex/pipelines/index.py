@@ -161,7 +161,7 @@ def embed_units(cfg: DictConfig, units_path: Path) -> Path | None:
     # torch loads only for the embed stage
     from densex.retrieval.build import default_shard_size, embeddings_dir
     from densex.retrieval.encode import encode_units_to_dir
-    from densex.retrieval.encoders import RetrieverSpec
+    from densex.retrieval.spec import RetrieverSpec
 
     if cfg.retriever.get("type", "dense") == "sparse":
         log.info(

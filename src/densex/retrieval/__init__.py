@@ -10,7 +10,7 @@ import importlib
 from typing import Any
 
 _EXPORTS = {
-    "RetrieverSpec": "encoders",
+    "RetrieverSpec": "spec",
     "TextEncoder": "encoders",
     "DenseRetriever": "encoders",
     "build_retriever": "encoders",
@@ -19,11 +19,12 @@ _EXPORTS = {
     "EmbeddingStore": "encode",
     "EmbeddingShardWriter": "encode",
     "encode_units_to_dir": "encode",
-    "IndexSpec": "faiss_index",
+    "IndexSpec": "spec",
     "ShardedIndex": "faiss_index",
     "build_index": "faiss_index",
     "measure_recall": "faiss_index",
     "BM25Searcher": "bm25",
+    "BM25Spec": "spec",
     "UnitSearcher": "search",
     "DenseSearcher": "build",
     "load_or_build_searcher": "build",

@@ -11,7 +11,6 @@ import dataclasses
 import os
 import shutil
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -20,29 +19,10 @@ import numpy as np
 from bm25s.tokenization import Tokenizer
 
 from densex.metrics.propositions import stemmer
+from densex.retrieval.spec import BM25Spec
 from densex.utils.config import from_config
 from densex.utils.integrity import DamagedArtifact, file_records, verify_files
 from densex.utils.io import DataError, mkdtemp, read_json, read_jsonl, write_json, write_manifest
-
-
-@dataclass(frozen=True)
-class BM25Spec:
-    """A `conf/retriever/bm25.yaml` node: Lucene BM25 with pyserini's k1/b by default."""
-
-    name: str = "bm25"
-    type: str = "sparse"
-    method: str = "lucene"
-    k1: float = 0.9
-    b: float = 0.4
-    stemmer: str | None = None  # e.g. english (needs PyStemmer)
-    stopwords: str | None = "en"
-    lower: bool = True
-    title: str = "prefix"  # prefix | none
-    title_sep: str = " "
-
-    def __post_init__(self) -> None:
-        if self.title not in ("prefix", "none"):
-            raise ValueError(f"bm25: title must be prefix or none, got {self.title!r}")
 
 
 def bm25_settings(cfg: Mapping[str, Any] | Any) -> dict[str, Any]:

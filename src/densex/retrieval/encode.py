@@ -25,7 +25,8 @@ from torch.utils.data import DataLoader, Dataset
 
 from densex.corpus.columnar import ArrowTable
 from densex.corpus.units import unit_tables
-from densex.retrieval.encoders import RetrieverSpec, TextEncoder, format_unit_texts, load_encoder
+from densex.retrieval.encoders import TextEncoder, format_unit_texts, load_encoder
+from densex.retrieval.spec import RetrieverSpec
 from densex.utils.cache import hash_file
 from densex.utils.integrity import (
     DamagedArtifact,

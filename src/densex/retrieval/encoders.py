@@ -10,9 +10,7 @@ query and a document encoder (loaded lazily: a searcher only needs the query sid
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -20,106 +18,11 @@ import torch
 from torch import nn
 
 from densex.retrieval.hashing import HashEncoder
-from densex.utils.config import from_config
+from densex.retrieval.spec import RetrieverSpec
 from densex.utils.models import resolve_model
 
-TYPES = ("dense", "hash")
-POOLINGS = ("cls", "mean", "pooler", "st")
-TITLE_MODES = ("pair", "prefix", "none")
-SIMILARITIES = ("dot", "cos")
-DTYPES = ("float32", "float16")
-# Lightning precision of encoding (units under Trainer.predict, queries under the same autocast).
-PRECISIONS = ("32-true", "bf16-mixed", "16-mixed")
-# Keys that only change how queries are encoded: left out of the document-embedding cache key.
-QUERY_ONLY_KEYS = ("query_model", "query_max_length", "query_prefix")
-# Keys that change speed, never values: left out of every cache key.
-RUNTIME_KEYS = ("batch_size", "device")
-# Model keys a hash retriever never reads (no model, no truncation, always float32 counts).
-HASH_UNUSED_KEYS = ("backend", "pooling", "max_length", "query_max_length", "precision")
-
-
-@dataclass(frozen=True)
-class RetrieverSpec:
-    """A dense retriever: what to load, how to pool, how to turn a unit into text."""
-
-    name: str
-    query_model: str | None = None  # required for dense; None for hash (no model)
-    doc_model: str | None = None  # None: one shared encoder for queries and units
-    type: str = "dense"  # dense | hash (signed feature hashing of DPR tokens, no model)
-    dim: int | None = None  # hash buckets (required for hash, and only there)
-    backend: str = "hf"  # hf | sentence-transformers
-    pooling: str = "cls"  # cls (last_hidden_state[:, 0]) | mean (masked) | pooler | st (ST modules)
-    similarity: str = "dot"  # dot | cos (cos = L2-normalise, then inner product)
-    max_length: int = 256
-    # None: the model's own limit (sentence-transformers max_seq_length, else the tokenizer's)
-    query_max_length: int | None = None
-    title: str = "prefix"  # pair: tokenizer(title, text) as DPR | prefix: title+sep+text | none
-    title_sep: str = " "
-    query_prefix: str = ""
-    doc_prefix: str = ""
-    batch_size: int = 64
-    dtype: str = "float32"  # storage dtype of unit embeddings
-    # what encoding runs in (not the trainer's precision): 32-true | bf16-mixed | 16-mixed
-    precision: str = "32-true"
-    device: str | None = None  # for query encoding / encode_units; None = cuda if available
-
-    def __post_init__(self) -> None:
-        checks = [
-            ("type", self.type, TYPES),
-            ("backend", self.backend, ("hf", "sentence-transformers")),
-            ("pooling", self.pooling, POOLINGS),
-            ("similarity", self.similarity, SIMILARITIES),
-            ("title", self.title, TITLE_MODES),
-            ("dtype", self.dtype, DTYPES),
-            ("precision", self.precision, PRECISIONS),
-        ]
-        for field, value, allowed in checks:
-            if value not in allowed:
-                raise ValueError(f"retriever {self.name!r}: {field}={value!r} not in {allowed}")
-        if (self.backend == "sentence-transformers") != (self.pooling == "st"):
-            raise ValueError(
-                f"retriever {self.name!r}: pooling 'st' goes with backend 'sentence-transformers'"
-            )
-        if self.type == "hash":
-            dim = self.dim
-            if isinstance(dim, bool) or not isinstance(dim, int) or dim < 1:
-                raise ValueError(f"retriever {self.name!r}: type hash needs dim >= 1, got {dim!r}")
-            if self.query_model or self.doc_model:
-                raise ValueError(
-                    f"retriever {self.name!r}: type hash has no model; set query_model and"
-                    " doc_model to null"
-                )
-        else:
-            if not self.query_model:
-                raise ValueError(f"retriever {self.name!r}: type dense needs a query_model")
-            if self.dim is not None:
-                raise ValueError(f"retriever {self.name!r}: dim is only for type hash")
-
-    @classmethod
-    def from_cfg(cls, cfg: Mapping[str, Any] | Any) -> RetrieverSpec:
-        """From a Hydra node or dict; unknown keys are an error (a typo must not be ignored)."""
-        if isinstance(cfg, RetrieverSpec):
-            return cfg
-        return from_config(cls, cfg, strict=True)
-
-    @property
-    def doc_model_or_query(self) -> str | None:
-        return self.doc_model or self.query_model
-
-    def autocast_dtype(self) -> torch.dtype | None:
-        """The autocast dtype of `precision` (None for 32-true), as Lightning's mixed precision."""
-        return {"bf16-mixed": torch.bfloat16, "16-mixed": torch.float16}.get(self.precision)
-
-    def cache_fields(self, side: str = "doc") -> dict[str, Any]:
-        """The fields that determine document (side='doc') or all embeddings, for cache keys."""
-        data = dataclasses.asdict(self)
-        data["doc_model"] = self.doc_model_or_query
-        drop = RUNTIME_KEYS + (QUERY_ONLY_KEYS if side == "doc" else ())
-        if self.dim is None:  # dense: the keys (and cached embeddings) from before `dim`
-            drop += ("dim",)
-        if self.type == "hash":
-            drop += HASH_UNUSED_KEYS
-        return {k: v for k, v in data.items() if k not in drop}
+# The autocast dtype of a spec's `precision` (none for 32-true), as Lightning's mixed precision.
+AUTOCAST_DTYPES = {"bf16-mixed": torch.bfloat16, "16-mixed": torch.float16}
 
 
 def _load_hf_model(path: str) -> nn.Module:
@@ -316,7 +219,7 @@ class DenseRetriever:
         """Batches under the spec's autocast, so queries see the precision units were encoded in
         (Lightning's bf16-mixed/16-mixed = torch.autocast on the device type)."""
         chunks = []
-        dtype = self.spec.autocast_dtype()
+        dtype = AUTOCAST_DTYPES.get(self.spec.precision)
         for i in range(0, len(texts), batch_size):
             feats = encoder.tokenize(texts[i : i + batch_size])
             feats = {
