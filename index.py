@@ -6,7 +6,10 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig
 
+from densex.pipelines.schemas import register_configs
+
 os.environ.setdefault("PROJECT_ROOT", str(Path(__file__).resolve().parent))
+register_configs()
 
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="index")

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from omegaconf import OmegaConf
+from tests.helpers.config import group_config
 
 from densex.retrieval.bm25 import BM25Searcher, bm25_settings
 from densex.retrieval.build import load_or_build_searcher
@@ -61,7 +61,7 @@ def test_settings_validate() -> None:
 
 
 def test_cached_bm25_searcher_round_trip(tiny_units: Path, tmp_path: Path, repo_root) -> None:
-    cfg = OmegaConf.load(repo_root / "conf/retriever/bm25.yaml")
+    cfg = group_config("retriever", "bm25")
     first = load_or_build_searcher(tiny_units, cfg, None, tmp_path / "cache")
     second = load_or_build_searcher(tiny_units, cfg, None, tmp_path / "cache")
     assert first.info["index_built"] and not second.info["index_built"]
@@ -72,7 +72,7 @@ def test_cached_bm25_searcher_round_trip(tiny_units: Path, tmp_path: Path, repo_
 
 def test_bm25_recall_on_squad_open(squad_open: Path, tmp_path: Path, repo_root) -> None:
     """SQuAD questions share words with their passage: BM25 must find most answers in top 20."""
-    cfg = OmegaConf.load(repo_root / "conf/retriever/bm25.yaml")
+    cfg = group_config("retriever", "bm25")
     s = load_or_build_searcher(squad_open / "passages.jsonl", cfg, None, tmp_path)
     assert s.ntotal == 2203
     texts = [p["text"].lower() for p in read_jsonl(squad_open / "passages.jsonl")]

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 from omegaconf import OmegaConf
+from tests.helpers.config import group_config
 
 from densex.corpus.collections import (
     iter_passage_batches,
@@ -85,7 +86,7 @@ def factoid_wiki_copy(tmp_path: Path) -> dict[str, Path]:
 
 def factoid_cfg(repo_root: Path, **paths: Path) -> dict:
     """conf/corpus/factoid-wiki.yaml with `sources.<granularity>.path` overridden."""
-    cfg = OmegaConf.load(repo_root / "conf" / "corpus" / "factoid-wiki.yaml")
+    cfg = group_config("corpus", "factoid-wiki")
     for granularity, path in paths.items():
         cfg.sources[granularity].path = str(path)
     return OmegaConf.to_container(cfg, resolve=True)
@@ -241,7 +242,7 @@ def test_factoid_wiki_local_copy_builds_units_and_retrieves(
         pid for pid, props in PROPOSITIONS.items() for _ in props
     ]
     assert passages.slice("title", 0, 3) == [t for _, t, _ in PASSAGES]
-    hash_cfg = OmegaConf.to_container(OmegaConf.load(repo_root / "conf/retriever/hash.yaml"))
+    hash_cfg = OmegaConf.to_container(group_config("retriever", "hash"))
     searcher = load_or_build_searcher(
         files["proposition"], {**hash_cfg, "dim": 4096}, None, tmp_path / "cache",
         {"accelerator": "cpu", "devices": 1, "enable_progress_bar": False},

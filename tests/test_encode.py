@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import torch
 from omegaconf import OmegaConf
+from tests.helpers.config import group_config
 
 from densex.retrieval import build as build_mod
 from densex.retrieval.build import load_or_build_searcher
@@ -162,10 +163,10 @@ def test_two_processes_equal_one(reference, units_file, tiny_bert, tmp_path) -> 
 def test_searcher_is_cached_and_finds_the_unit_itself(
     units_file, minilm_path, tmp_path, monkeypatch, repo_root
 ) -> None:
-    cfg = OmegaConf.load(repo_root / "conf/retriever/minilm.yaml")
+    cfg = group_config("retriever", "minilm")
     cfg.device = "cpu"
     cfg.query_max_length = cfg.max_length  # queries below are whole passages: no truncation
-    index_cfg = OmegaConf.load(repo_root / "conf/index/flat.yaml")
+    index_cfg = group_config("index", "flat")
     index_cfg.num_shards = 2
     first = load_or_build_searcher(units_file, cfg, index_cfg, tmp_path, trainer_cfg=CPU)
     assert first.info["encoded"] and first.info["index_built"]

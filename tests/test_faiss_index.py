@@ -8,7 +8,7 @@ from pathlib import Path
 import faiss
 import numpy as np
 import pytest
-from omegaconf import OmegaConf
+from tests.helpers.config import group_config
 
 from densex.retrieval.faiss_index import (
     IndexSpec,
@@ -41,7 +41,7 @@ def test_index_configs_compose(repo_root: Path) -> None:
         spec = IndexSpec.from_cfg(cfg.index)
         assert (spec.name, spec.factory) == (name, factory)
         assert spec.exact == (name == "flat")
-    flat = IndexSpec.from_cfg(OmegaConf.load(repo_root / "conf/index/flat.yaml"))
+    flat = IndexSpec.from_cfg(group_config("index", "flat"))
     assert flat.num_shards == 1 and flat.use_gpu == "auto"
     with pytest.raises(ValueError, match="unknown config keys"):
         IndexSpec.from_cfg({"name": "flat", "nshards": 2})

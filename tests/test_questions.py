@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 from omegaconf import OmegaConf
+from tests.helpers.config import group_config
 
 from densex.corpus.readers import Skips
 from densex.data.questions import (
@@ -36,7 +37,7 @@ def _dataset_cfg(repo_root: Path, shared_data: Path, name: str):
     cfg = OmegaConf.create(
         {
             "paths": OmegaConf.load(repo_root / "conf/paths/default.yaml"),
-            "dataset": OmegaConf.load(repo_root / f"conf/dataset/{name}.yaml"),
+            "dataset": group_config("dataset", f"{name}"),
         }
     )
     cfg.paths.data_dir = str(shared_data)

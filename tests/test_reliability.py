@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from tests.helpers.config import group_config
 
 from densex.corpus.readers import Skips, read_passages
 from densex.corpus.units import build_units
@@ -72,13 +73,12 @@ def test_orphaned_temp_files_of_dead_runs_are_removed(tmp_path):
 def test_a_killed_bm25_builds_directory_is_removed_before_the_next_build(tmp_path, repo_root):
     """`utils.io.mkdtemp` build dirs carry the writer's host-pid: a dead writer's (a BM25 index
     killed mid-save) is removed when the index is next built; a live writer's is kept."""
-    from omegaconf import OmegaConf
 
     from densex.retrieval.build import load_or_build_searcher
     from densex.utils.io import mkdtemp
 
     units = build_units(_demo_corpus(tmp_path), tmp_path / "units")["passage"]
-    bm25 = OmegaConf.load(repo_root / "conf/retriever/bm25.yaml")
+    bm25 = group_config("retriever", "bm25")
     parent = tmp_path / "cache" / "bm25" / "bm25"
     parent.mkdir(parents=True)
     live = mkdtemp(parent, prefix=".abc.")

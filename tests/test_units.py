@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 from rich.console import Console
+from tests.helpers.config import group_config
 
 from densex.corpus.readers import read_documents, read_passages
 from densex.corpus.units import (
@@ -26,7 +27,7 @@ def _corpus_cfg(repo_root: Path, squad_open: Path, **overrides):
     cfg = OmegaConf.create(
         {
             "paths": OmegaConf.load(repo_root / "conf/paths/default.yaml"),
-            "corpus": OmegaConf.load(repo_root / "conf/corpus/squad-open.yaml"),
+            "corpus": group_config("corpus", "squad-open"),
         }
     )
     cfg.paths.data_dir = str(squad_open.parent)

@@ -1,0 +1,77 @@
+"""What a `conf/corpus/*.yaml` file says, as typed dataclasses (the corpus group's schema).
+
+`CorpusSpec` states each default once; Hydra composes the corpus YAML files onto it
+(`densex.pipelines.schemas`), so a file names only what differs and a misspelt key fails at
+composition naming the file. A corpus comes from one of three sources, tried in this order:
+ready-made unit collections (`sources`, FactoidWiki), a passages file (`passages`), or
+documents segmented into 100-word passages (`documents` + `documents_format` and its reader's
+column keys). The units stage takes the composed node (`corpus.units.build_units`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+GRANULARITIES = ("passage", "sentence", "proposition")
+DOCUMENT_FORMATS = ("squad", "jsonl", "hf")
+ON_ERROR = ("raise", "skip")
+
+
+@dataclass
+class SegmentationSpec:
+    """Appendix A's passages: greedy chunks of whole sentences, a short tail merged back."""
+
+    max_words: int = 100
+    min_tail_words: int = 50
+    # spaCy pipeline splitting sentences; null or "": the rule-based sentencizer (also the
+    # fallback, with a warning, when the pipeline is not installed)
+    spacy_model: str | None = "en_core_web_lg"
+    n_process: int = 1  # spaCy processes (nlp.pipe n_process); each shard is one pipe call
+
+
+@dataclass
+class CorpusSpec:
+    """A retrieval corpus: its sources, segmentation, unit tables and shard sizes."""
+
+    name: str
+    # ready-made collections per granularity ({path, format, columns...}: corpus.collections)
+    sources: dict[str, Any] = field(default_factory=dict)
+    passages: str | None = None  # passages JSONL {"id", "title", "text"} (or BEIR corpus.jsonl)
+    passages_format: str | None = None  # null: densex passages JSONL | beir
+    propositions: str | None = None  # {"id": passage_id, "propositions": [...]} JSONL
+    dir: str | None = None  # a BEIR dataset folder the paths are relative to
+    documents: str | None = None  # a file, a saved dataset or a hub id
+    documents_format: str = "squad"  # squad | jsonl | hf
+    # document reader columns (jsonl, hf) and hub options (hf)
+    title_column: str = "title"
+    text_column: str = "text"
+    id_column: str | None = None
+    section_column: str | None = "section"
+    paragraph_separator: str | None = None
+    hf_name: str | None = None
+    split: str = "train"
+    revision: str | None = None
+    limit: int | None = None
+    segmentation: SegmentationSpec = field(default_factory=SegmentationSpec)
+    on_error: str = "raise"  # raise | skip (skips are counted in the units manifest)
+    granularities: list[str] = field(default_factory=lambda: list(GRANULARITIES))
+    shard_rows: int = 20_000  # source rows per Arrow shard: the unit of resume, one spaCy batch
+    shard_units: int = 200_000  # units per proposition/collection shard
+    # Table 1 of the paper, for `index.py stage=plan` before anything is downloaded
+    expected_units: dict[str, int] = field(default_factory=dict)
+    expected_avg_words: dict[str, float] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.on_error not in ON_ERROR:
+            raise ValueError(f"corpus {self.name!r}: on_error={self.on_error!r} not in {ON_ERROR}")
+        if self.documents_format not in DOCUMENT_FORMATS:
+            raise ValueError(
+                f"corpus {self.name!r}: documents_format={self.documents_format!r} not in"
+                f" {DOCUMENT_FORMATS}"
+            )
+        unknown = sorted(set(self.granularities) - set(GRANULARITIES))
+        if unknown:
+            raise ValueError(
+                f"corpus {self.name!r}: granularities {unknown} not in {GRANULARITIES}"
+            )

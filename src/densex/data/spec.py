@@ -1,0 +1,52 @@
+"""What a `conf/dataset/*.yaml` file says, as typed dataclasses (the dataset group's schema).
+
+`DatasetSpec` states each default once; Hydra composes the dataset YAML files onto it
+(`densex.pipelines.schemas`), so a file names only what differs and a misspelt key fails at
+composition. The question readers take the composed node (`load_dataset_questions`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+MATCHES = ("string", "regex")
+ON_ERROR = ("raise", "skip")
+QRELS_FORMATS = ("beir", "trec", "squad")
+
+
+@dataclass
+class QrelsSpec:
+    """Gold passages of a question set: a BEIR/TREC qrels TSV or SQuAD's own JSON."""
+
+    path: str
+    format: str = "beir"  # beir | trec | squad
+
+    def __post_init__(self) -> None:
+        if self.format not in QRELS_FORMATS:
+            raise ValueError(f"qrels format {self.format!r} not in {QRELS_FORMATS}")
+
+
+@dataclass
+class DatasetSpec:
+    """An evaluation question set: where it is, its format, how answers are matched."""
+
+    name: str
+    path: str  # a file, a folder (eq) or a hub id (format hf)
+    # jsonl | dpr-jsonl | nq-open | dpr-tsv | webq-brmson | eq | squad | hf | beir
+    format: str = "jsonl"
+    match: str = "string"  # DPR has_answer: string (token match) | regex (CuratedTREC)
+    split: str | None = None  # hf / beir split
+    hf_name: str | None = None  # hf dataset config name
+    hf_schema: str | None = None  # hf column layout; null: inferred from the hub id
+    on_error: str = "raise"  # raise | skip (skipped records are counted and logged)
+    limit: int | None = None  # the first N questions (quick checks)
+    dir: str | None = None  # beir: the dataset folder the paths are relative to
+    qrels: QrelsSpec | None = None
+
+    def __post_init__(self) -> None:
+        for key, value, allowed in (
+            ("match", self.match, MATCHES),
+            ("on_error", self.on_error, ON_ERROR),
+        ):
+            if value not in allowed:
+                raise ValueError(f"dataset {self.name!r}: {key}={value!r} not in {allowed}")

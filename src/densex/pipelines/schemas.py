@@ -1,0 +1,32 @@
+"""The config groups' schemas, registered in Hydra's ConfigStore before any composition.
+
+Each group's YAML files start with `defaults: [schema, _self_]` and so are composed onto a
+typed dataclass: its defaults are stated once (in the dataclass), a file names only what
+differs, values are type-checked, and a misspelt key fails at composition naming the file and
+key. `OmegaConf.to_object(cfg.<group>)` (or the dataclass's `from_cfg`) gives the validated
+object. The entry scripts and the tests' compose helper call `register_configs()` first.
+"""
+
+from __future__ import annotations
+
+from hydra.core.config_store import ConfigStore
+
+from densex.corpus.spec import CorpusSpec
+from densex.data.spec import DatasetSpec
+from densex.retrieval.spec import BM25Spec, IndexSpec, RetrieverSpec
+
+# (group, schema name) -> dataclass; the YAML files of the group name the schema in `defaults`
+SCHEMAS: dict[tuple[str, str], type] = {
+    ("corpus", "schema"): CorpusSpec,
+    ("dataset", "schema"): DatasetSpec,
+    ("retriever", "schema"): RetrieverSpec,
+    ("retriever", "schema_bm25"): BM25Spec,
+    ("index", "schema"): IndexSpec,
+}
+
+
+def register_configs() -> None:
+    """Store every group schema in Hydra's ConfigStore (idempotent)."""
+    store = ConfigStore.instance()
+    for (group, name), node in SCHEMAS.items():
+        store.store(group=group, name=name, node=node)
