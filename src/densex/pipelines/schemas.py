@@ -13,7 +13,14 @@ from hydra.core.config_store import ConfigStore
 
 from densex.corpus.spec import CorpusSpec
 from densex.data.spec import DatasetSpec
+from densex.pipelines.specs import (
+    FusionSpec,
+    GranularitySpec,
+    PropositionsTaskSpec,
+    RetrievalTaskSpec,
+)
 from densex.retrieval.spec import BM25Spec, IndexSpec, RetrieverSpec
+from densex.utils.integrity import CacheSpec
 
 # (group, schema name) -> dataclass; the YAML files of the group name the schema in `defaults`
 SCHEMAS: dict[tuple[str, str], type] = {
@@ -22,6 +29,11 @@ SCHEMAS: dict[tuple[str, str], type] = {
     ("retriever", "schema"): RetrieverSpec,
     ("retriever", "schema_bm25"): BM25Spec,
     ("index", "schema"): IndexSpec,
+    ("cache", "schema"): CacheSpec,
+    ("granularity", "schema"): GranularitySpec,
+    ("fusion", "schema"): FusionSpec,
+    ("task", "schema_retrieval"): RetrievalTaskSpec,
+    ("task", "schema_propositions"): PropositionsTaskSpec,
 }
 
 

@@ -9,6 +9,7 @@ stale artifact. A second call loads both and encodes nothing.
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -24,21 +25,27 @@ from densex.retrieval.search import UnitSearcher
 from densex.retrieval.spec import IndexSpec, RetrieverSpec
 from densex.utils.cache import artifact_dir, content_key, hash_file
 from densex.utils.distributed import global_rank
-from densex.utils.integrity import DamagedArtifact, handle_damage, policy, remove_orphans
+from densex.utils.integrity import (
+    CacheSpec,
+    DamagedArtifact,
+    handle_damage,
+    policy,
+    remove_orphans,
+)
 from densex.utils.io import DataError
 from densex.utils.logging import get_logger
 
 log = get_logger(__name__)
 
-DEFAULT_SHARD_SIZE = 50_000  # the cap of the `auto` rule (`shard_size_for`)
-SHARD_DEFAULTS = {
-    "embedding_shard_size": "auto",
-    "shard_max_seconds": 120.0,
-    "shard_units_per_second": 200.0,
-    "shard_target_count": 64,
-    "shard_min_size": 256,
-    "shard_max_size": DEFAULT_SHARD_SIZE,
-}
+SHARD_KEYS = (
+    "embedding_shard_size",
+    "shard_max_seconds",
+    "shard_units_per_second",
+    "shard_target_count",
+    "shard_min_size",
+    "shard_max_size",
+)
+SHARD_DEFAULTS = {k: v for k, v in dataclasses.asdict(CacheSpec()).items() if k in SHARD_KEYS}
 
 
 def shard_size_for(n_units: int, settings: Mapping[str, Any] | None = None) -> int:

@@ -16,12 +16,14 @@ older than a day, so a `kill -9` leaves nothing behind for long.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import os
 import re
 import shutil
 import time
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +41,28 @@ except ImportError:  # pragma: no cover - xxhash comes with `datasets`
     DEFAULT_ALGO = "blake2b_128"
 
 ON_DAMAGED = ("rebuild", "refuse")
-_DEFAULT_POLICY: dict[str, Any] = {"verify": True, "on_damaged": "rebuild", "clean_orphans": True}
+
+
+@dataclass
+class CacheSpec:
+    """The `cache` config group: how cached artifacts are verified and embedding shards sized.
+
+    Shard rows (`retrieval.build.shard_size_for`): `embedding_shard_size` when an int, else
+    (`auto`) clamp(min(ceil(units / shard_target_count), shard_max_seconds *
+    shard_units_per_second), shard_min_size, shard_max_size)."""
+
+    verify: bool = True  # re-hash every file of a cached artifact before reusing it
+    on_damaged: str = "rebuild"  # rebuild | refuse (a DamagedArtifact naming the file)
+    clean_orphans: bool = True  # delete temp files of dead processes under the cache
+    embedding_shard_size: Any = "auto"  # auto | rows per embedding shard
+    shard_max_seconds: float = 120.0  # encoding a kill may lose, at the assumed speed
+    shard_units_per_second: float = 200.0
+    shard_target_count: int = 64
+    shard_min_size: int = 256
+    shard_max_size: int = 50_000
+
+
+_DEFAULT_POLICY: dict[str, Any] = dataclasses.asdict(CacheSpec())
 _policy: dict[str, Any] = dict(_DEFAULT_POLICY)
 _TMP = re.compile(r"^\..+\.(?P<host>[^.]+)-(?P<pid>\d+)\.[^.]+\.tmp$")
 ORPHAN_MAX_AGE_S = 24 * 3600.0
