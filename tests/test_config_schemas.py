@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 from hydra.errors import ConfigCompositionException
 from omegaconf import OmegaConf
+from tests.helpers.config import CONF_DIR, compose_config
 
 from densex.pipelines.schemas import SCHEMAS
-from tests.helpers.config import CONF_DIR, compose_config
 
 GROUP_OPTIONS = [
     (group, path.stem)

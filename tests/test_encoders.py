@@ -7,7 +7,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from omegaconf import OmegaConf
 from tests.helpers.config import group_config
 
 from densex.retrieval.encoders import build_retriever, format_units
