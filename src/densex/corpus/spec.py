@@ -13,6 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from densex.utils.config import check_choices
+
 GRANULARITIES = ("passage", "sentence", "proposition")
 DOCUMENT_FORMATS = ("squad", "jsonl", "hf")
 ON_ERROR = ("raise", "skip")
@@ -63,13 +65,11 @@ class CorpusSpec:
     expected_avg_words: dict[str, float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        if self.on_error not in ON_ERROR:
-            raise ValueError(f"corpus {self.name!r}: on_error={self.on_error!r} not in {ON_ERROR}")
-        if self.documents_format not in DOCUMENT_FORMATS:
-            raise ValueError(
-                f"corpus {self.name!r}: documents_format={self.documents_format!r} not in"
-                f" {DOCUMENT_FORMATS}"
-            )
+        check_choices(
+            f"corpus {self.name!r}",
+            on_error=(self.on_error, ON_ERROR),
+            documents_format=(self.documents_format, DOCUMENT_FORMATS),
+        )
         unknown = sorted(set(self.granularities) - set(GRANULARITIES))
         if unknown:
             raise ValueError(

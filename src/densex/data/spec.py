@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from densex.utils.config import check_choices
+
 MATCHES = ("string", "regex")
 ON_ERROR = ("raise", "skip")
 QRELS_FORMATS = ("beir", "trec", "squad")
@@ -22,8 +24,7 @@ class QrelsSpec:
     format: str = "beir"  # beir | trec | squad
 
     def __post_init__(self) -> None:
-        if self.format not in QRELS_FORMATS:
-            raise ValueError(f"qrels format {self.format!r} not in {QRELS_FORMATS}")
+        check_choices("qrels", format=(self.format, QRELS_FORMATS))
 
 
 @dataclass
@@ -44,9 +45,8 @@ class DatasetSpec:
     qrels: QrelsSpec | None = None
 
     def __post_init__(self) -> None:
-        for key, value, allowed in (
-            ("match", self.match, MATCHES),
-            ("on_error", self.on_error, ON_ERROR),
-        ):
-            if value not in allowed:
-                raise ValueError(f"dataset {self.name!r}: {key}={value!r} not in {allowed}")
+        check_choices(
+            f"dataset {self.name!r}",
+            match=(self.match, MATCHES),
+            on_error=(self.on_error, ON_ERROR),
+        )

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from densex.corpus.spec import GRANULARITIES
+from densex.utils.config import check_choices
 
 PROPOSITION_SUBSETS = ("all", "validation", "train")
 GENERATE_MODES = ("auto", "subset", "corpus")
@@ -80,9 +81,8 @@ class PropositionsTaskSpec:
     scorer: dict[str, Any] = field(default_factory=dict)  # SetF1Scorer arguments
 
     def __post_init__(self) -> None:
-        for key, value, allowed in (
-            ("subset", self.subset, PROPOSITION_SUBSETS),
-            ("generate", self.generate, GENERATE_MODES),
-        ):
-            if value not in allowed:
-                raise ValueError(f"task.{key}={value!r} not in {allowed}")
+        check_choices(
+            "task",
+            subset=(self.subset, PROPOSITION_SUBSETS),
+            generate=(self.generate, GENERATE_MODES),
+        )

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from densex.utils.config import from_config
+from densex.utils.config import check_choices, from_config
 
 TYPES = ("dense", "hash")
 POOLINGS = ("cls", "mean", "pooler", "st")
@@ -56,18 +56,16 @@ class RetrieverSpec:
     device: str | None = None  # for query encoding / encode_units; None = cuda if available
 
     def __post_init__(self) -> None:
-        checks = [
-            ("type", self.type, TYPES),
-            ("backend", self.backend, ("hf", "sentence-transformers")),
-            ("pooling", self.pooling, POOLINGS),
-            ("similarity", self.similarity, SIMILARITIES),
-            ("title", self.title, TITLE_MODES),
-            ("dtype", self.dtype, DTYPES),
-            ("precision", self.precision, PRECISIONS),
-        ]
-        for key, value, allowed in checks:
-            if value not in allowed:
-                raise ValueError(f"retriever {self.name!r}: {key}={value!r} not in {allowed}")
+        check_choices(
+            f"retriever {self.name!r}",
+            type=(self.type, TYPES),
+            backend=(self.backend, ("hf", "sentence-transformers")),
+            pooling=(self.pooling, POOLINGS),
+            similarity=(self.similarity, SIMILARITIES),
+            title=(self.title, TITLE_MODES),
+            dtype=(self.dtype, DTYPES),
+            precision=(self.precision, PRECISIONS),
+        )
         if (self.backend == "sentence-transformers") != (self.pooling == "st"):
             raise ValueError(
                 f"retriever {self.name!r}: pooling 'st' goes with backend 'sentence-transformers'"

@@ -54,3 +54,11 @@ def from_config(
         kwargs[field.name] = value
     kwargs.update(overrides)
     return cls(**kwargs)
+
+
+def check_choices(label: str, **values: tuple[Any, tuple[Any, ...]]) -> None:
+    """Raise a ValueError `"<label>: key=value not in allowed"` for the first of `values`
+    (`key=(value, allowed)`) whose value is not one of its allowed ones."""
+    for key, (value, allowed) in values.items():
+        if value not in allowed:
+            raise ValueError(f"{label}: {key}={value!r} not in {allowed}")
