@@ -14,6 +14,8 @@ Outputs in the sweep dir:
 - `winloss.csv` / `winloss.md`: wins/losses of a vs b per bucket (question length, answer type,
   entity popularity) with example questions;
 - `gold_metrics.md` / `.csv` when cells carry MRR@10 / nDCG@10 (datasets with qrels).
+Each output has its module (`cells`, `sweep_significance`, `sweep_winloss`, `gold_table`); this
+one runs them in order.
 """
 
 from __future__ import annotations
