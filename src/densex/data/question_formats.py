@@ -26,7 +26,7 @@ RawQuestion = tuple[int | None, Any, Any, Any, dict[str, Any], str]
 def jsonl_records(
     path: Path, skips: Skips, id_key: str | None, answers_key: str
 ) -> Iterator[RawQuestion]:
-    """Records of a JSONL file: `id_key` (None: no ids; a row without it is skipped) and
+    """Records of a JSONL file: `id_key` (None: no ids; a row without it goes to `skips`) and
     `answers_key` name the id and answers fields."""
     for line, row in numbered_jsonl(path, on_error=skips):
         if id_key and id_key not in row:
