@@ -11,16 +11,9 @@ import sys
 import pytest
 
 from densex.analysis.popularity import run_popularity
-from densex.qa.popularity import (
-    TEMPLATES,
-    bm25_popularity,
-    bucket_edges,
-    bucket_index,
-    extract_entity,
-    load_eq_questions,
-    popularity_recall,
-    retrieval_hits,
-)
+from densex.qa.entity_questions import TEMPLATES, extract_entity, load_eq_questions
+from densex.qa.mentions import bm25_popularity
+from densex.qa.popularity import bucket_edges, bucket_index, popularity_recall, retrieval_hits
 from densex.utils.io import DataError
 
 

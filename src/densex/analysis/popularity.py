@@ -1,6 +1,7 @@
 """Figure 3 end to end (EntityQuestions recall by entity popularity): the computation of
-`densex.qa.popularity`, written out as CSVs, a plot (`densex.report.plots`) and a manifest.
-Layer: analysis, as it joins `qa` with `report`; CLI `scripts/entity_popularity.py`."""
+`densex.qa.entity_questions`, `.mentions` and `.popularity`, written out as CSVs, a plot
+(`densex.report.plots`) and a manifest. Layer: analysis, as it joins `qa` with `report`; CLI
+`scripts/entity_popularity.py`."""
 
 from __future__ import annotations
 
@@ -8,16 +9,14 @@ import csv
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
+from densex.qa.entity_questions import EQ_ID_PREFIX, load_eq_questions
+from densex.qa.mentions import BM25_B, BM25_K1, bm25_popularity, load_passage_texts
 from densex.qa.popularity import (
-    BM25_B,
-    BM25_K1,
-    EQ_ID_PREFIX,
     PopularityResult,
-    bm25_popularity,
+    RetrievalHits,
     check_join,
-    load_eq_questions,
-    load_passage_texts,
     popularity_recall,
     retrieval_hits,
 )
@@ -26,6 +25,41 @@ from densex.utils.cache import hash_file
 from densex.utils.io import DataError, atomic_open, write_manifest
 
 __all__ = ["run_popularity"]
+
+
+def _scored_questions(
+    questions: list[dict[str, Any]],
+    hits: Mapping[str, RetrievalHits],
+    retrievals: Mapping[str, str | os.PathLike],
+) -> list[dict[str, Any]]:
+    """The questions with an entity that occur in some retrieval (all of them without one)."""
+    if hits:
+        questions = [q for q in questions if any(h.lookup(q) is not None for h in hits.values())]
+        if not questions:
+            raise DataError(
+                next(iter(retrievals.values())),
+                None,
+                "question",
+                "no EntityQuestions question found",
+            )
+    return [q for q in questions if q["entity"] is not None]
+
+
+def _write_tables(result: PopularityResult, out: Path, ks: Sequence[int]) -> None:
+    """`question_popularity.csv`, and with a table `popularity_recall.csv` and `.png`."""
+    with atomic_open(out / "question_popularity.csv") as f:
+        w = csv.writer(f, lineterminator="\n")
+        w.writerow(["id", "relation", "question", "entity", "popularity", "bucket"])
+        for q in result.questions:
+            w.writerow(
+                [q["id"], q["relation"], q["question"], q["entity"], q["popularity"], q["bucket"]]
+            )
+    if result.table:
+        with atomic_open(out / "popularity_recall.csv") as f:
+            w = csv.DictWriter(f, fieldnames=list(result.table[0]), lineterminator="\n")
+            w.writeheader()
+            w.writerows(result.table)
+        plot_popularity(result.table, out / "popularity_recall.png", k=max(ks))
 
 
 def run_popularity(
@@ -55,16 +89,7 @@ def run_popularity(
     total, extracted = len(questions), sum(q["entity"] is not None for q in questions)
     hits = {g: retrieval_hits(p, ks, on_short=on_short) for g, p in retrievals.items()}
     check_join(questions, hits)
-    if hits:
-        questions = [q for q in questions if any(h.lookup(q) is not None for h in hits.values())]
-        if not questions:
-            raise DataError(
-                next(iter(retrievals.values())),
-                None,
-                "question",
-                "no EntityQuestions question found",
-            )
-    questions = [q for q in questions if q["entity"] is not None]
+    questions = _scored_questions(questions, hits, retrievals)
     popularity = bm25_popularity(
         [q["entity"] for q in questions],
         load_passage_texts(passages_path),
@@ -74,19 +99,7 @@ def run_popularity(
     )
     result = popularity_recall(questions, popularity, hits, ks, scheme, n_buckets, base)
 
-    with atomic_open(out / "question_popularity.csv") as f:
-        w = csv.writer(f, lineterminator="\n")
-        w.writerow(["id", "relation", "question", "entity", "popularity", "bucket"])
-        for q in result.questions:
-            w.writerow(
-                [q["id"], q["relation"], q["question"], q["entity"], q["popularity"], q["bucket"]]
-            )
-    if result.table:
-        with atomic_open(out / "popularity_recall.csv") as f:
-            w = csv.DictWriter(f, fieldnames=list(result.table[0]), lineterminator="\n")
-            w.writeheader()
-            w.writerows(result.table)
-        plot_popularity(result.table, out / "popularity_recall.png", k=max(ks))
+    _write_tables(result, out, ks)
     write_manifest(
         out / "popularity_manifest.json",
         passages=str(passages_path),

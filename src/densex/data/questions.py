@@ -24,40 +24,40 @@ matches — kept, as in DPR, but counted and logged with its file and line (`Unm
 
 from __future__ import annotations
 
-import ast
-import csv
 import os
-from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
-
-import regex
 
 from densex.corpus.readers import Skips, load_hf, why_not_text
 from densex.data.beir import load_beir_queries
 from densex.data.qrels import read_qrels
-from densex.metrics.answers import compile_answer_pattern
-from densex.utils.io import DataError, decode_line, numbered_jsonl, read_json
+from densex.data.question_formats import (
+    RawQuestion,
+    dpr_tsv_records,
+    eq_files,
+    hf_answers,
+    json_list,
+    json_object,
+    jsonl_records,
+    resolve_hf_schema,
+    squad_records,
+    webq_brmson_records,
+)
+from densex.data.regex_answers import UnmatchablePattern, check_regex_answers
+from densex.utils.io import DataError
 from densex.utils.logging import get_logger
 
 log = get_logger(__name__)
 
 __all__ = [
     "FORMATS",
-    "HF_SCHEMAS",
-    "UnmatchablePattern",
     "load_dataset_questions",
     "load_questions",
     "questions_from_hf",
 ]
 
 FORMATS = ("jsonl", "dpr-jsonl", "nq-open", "dpr-tsv", "webq-brmson", "eq", "squad", "hf")
-HF_SCHEMAS = ("nq_open", "trivia_qa", "web_questions", "squad", "generic")
-
-# (line, id or None, question, answers, extra fields, field prefix) as read, before validation;
-# the prefix locates records of JSON files, which have no useful line numbers ("[12].").
-_Raw = tuple[int | None, Any, Any, Any, dict[str, Any], str]
 
 
 class _Collector:
@@ -73,7 +73,9 @@ class _Collector:
     def full(self) -> bool:
         return self.limit is not None and len(self.rows) >= self.limit
 
-    def add(self, source: Any, raw: _Raw, index: int, answers_field: str = "answers") -> None:
+    def add(
+        self, source: Any, raw: RawQuestion, index: int, answers_field: str = "answers"
+    ) -> None:
         line, qid, question, answers, extra, where = raw
         answers_field = where + answers_field
         if not isinstance(question, str) or not question.strip():
@@ -104,122 +106,6 @@ class _Collector:
         self.rows.append({"id": qid, "question": question.strip(), "answers": kept, **extra})
 
 
-def _jsonl(path: Path, skips: Skips, id_key: str | None, answers_key: str) -> Iterator[_Raw]:
-    for line, row in numbered_jsonl(path, on_error=skips):
-        if id_key and id_key not in row:
-            skips(DataError(path, line, id_key, "missing"))
-            continue
-        qid = row.get(id_key) if id_key else None
-        yield line, qid, row.get("question"), row.get(answers_key), {}, ""
-
-
-def _dpr_tsv(path: Path, skips: Skips) -> Iterator[_Raw]:
-    if not path.exists():
-        raise DataError(path, None, None, "file not found")
-    with path.open("rb") as f:  # bytes: a bad byte is a located, skippable error
-        offset = 0
-        for line, raw in enumerate(f, start=1):
-            start, offset = offset, offset + len(raw)
-            try:
-                text = decode_line(raw, path, line, start)
-            except DataError as e:
-                skips(e)
-                continue
-            record = next(csv.reader([text.rstrip("\r\n")], delimiter="\t"), [])
-            if not record or (len(record) == 1 and not record[0].strip()):
-                continue
-            if line == 1 and [c.strip().lower() for c in record] == ["question", "answers"]:
-                continue
-            if len(record) != 2:
-                skips(
-                    DataError(
-                        path, line, None, f"expected 2 tab-separated columns, got {len(record)}"
-                    )
-                )
-                continue
-            try:
-                answers = ast.literal_eval(record[1])
-            except (ValueError, SyntaxError) as e:
-                skips(DataError(path, line, "answers", f"not a Python list literal ({e})"))
-                continue
-            yield line, None, record[0], answers, {}, ""
-
-
-def _json_list(path: Path) -> list[Any]:
-    data = read_json(path)
-    if not isinstance(data, list):
-        raise DataError(path, None, None, f"expected a JSON list, got {type(data).__name__}")
-    return data
-
-
-def _item(path: Path, i: int, item: Any, skips: Skips) -> dict[str, Any] | None:
-    if not isinstance(item, dict):
-        skips(DataError(path, None, f"[{i}]", f"expected an object, got {type(item).__name__}"))
-        return None
-    return item
-
-
-def _webq_brmson(path: Path, skips: Skips) -> Iterator[_Raw]:
-    for i, item in enumerate(_json_list(path)):
-        if (row := _item(path, i, item, skips)) is not None:
-            yield None, row.get("qId"), row.get("qText"), row.get("answers"), {}, f"[{i}]."
-
-
-def _eq_files(path: Path, split: str | None = None) -> list[Path]:
-    if path.is_dir():
-        pattern = f"P*.{split or 'test'}.json"
-        files = sorted(path.glob(pattern)) or ([] if split else sorted(path.glob("*.json")))
-        if not files:
-            raise DataError(path, None, None, f"no EntityQuestions files ({pattern}) here")
-        return files
-    if not path.exists():
-        raise DataError(path, None, None, "file not found")
-    return [path]
-
-
-def _squad(path: Path, skips: Skips) -> Iterator[_Raw]:
-    data = read_json(path)
-    if not isinstance(data, dict) or not isinstance(data.get("data"), list):
-        raise DataError(path, None, "data", "not a SQuAD v1.1 file (no 'data' list)")
-    for i, article in enumerate(data["data"]):
-        for j, paragraph in enumerate(article.get("paragraphs") or []):
-            for k, qa in enumerate(paragraph.get("qas") or []):
-                where = f"data[{i}].paragraphs[{j}].qas[{k}]"
-                if not isinstance(qa.get("answers"), list):
-                    skips(DataError(path, None, f"{where}.answers", "missing or not a list"))
-                    continue
-                texts = [a.get("text") if isinstance(a, dict) else None for a in qa["answers"]]
-                yield None, qa.get("id"), qa.get("question"), texts, {}, f"{where}."
-
-
-def _hf_schema(dataset: Any, schema: str | None) -> str:
-    if schema:
-        if schema not in HF_SCHEMAS:
-            raise ValueError(f"unknown hf_schema {schema!r} (one of {HF_SCHEMAS})")
-        return schema
-    base = str(dataset).rstrip("/").rsplit("/", 1)[-1].lower().replace("-", "_")
-    return base if base in HF_SCHEMAS else "generic"
-
-
-def _hf_answers(schema: str, row: Mapping[str, Any]) -> tuple[Any, Any, str]:
-    """(id, answers, answers field) of one HF row in the given column layout."""
-    if schema == "nq_open":
-        return None, row.get("answer"), "answer"
-    if schema == "trivia_qa":
-        ans = row.get("answer")
-        if not isinstance(ans, Mapping):
-            return row.get("question_id"), None, "answer"
-        return row.get("question_id"), [ans.get("value"), *(ans.get("aliases") or [])], "answer"
-    if schema == "web_questions":
-        return None, row.get("answers"), "answers"
-    if schema == "squad":
-        ans = row.get("answers")
-        texts = ans.get("text") if isinstance(ans, Mapping) else None
-        return row.get("id"), texts, "answers.text"
-    field = "answers" if "answers" in row else "answer"
-    return row.get("id"), row.get(field), field
-
-
 def questions_from_hf(
     ds: Any,
     schema: str = "generic",
@@ -237,12 +123,12 @@ def questions_from_hf(
 def _from_hf(
     ds: Any, schema: str, id_prefix: str, source: str, limit: int | None, skips: Skips
 ) -> _Collector:
-    schema = _hf_schema(None, schema)
+    schema = resolve_hf_schema(None, schema)
     collector = _Collector(skips, id_prefix, limit)
     for i, row in enumerate(ds):
         if collector.full:
             break
-        qid, answers, field = _hf_answers(schema, row)
+        qid, answers, field = hf_answers(schema, row)
         collector.add(source, (None, qid, row.get("question"), answers, {}, f"[{i}]."), i, field)
     return collector
 
@@ -284,35 +170,35 @@ def _load(
 ) -> _Collector:
     if format == "hf":
         ds = load_hf(path, hf_name, split)
-        schema = _hf_schema(path, hf_schema)
-        prefix = id_prefix or _hf_schema(path, None)
+        schema = resolve_hf_schema(path, hf_schema)
+        prefix = id_prefix or resolve_hf_schema(path, None)
         collector = _from_hf(ds, schema, prefix, f"{path}[{split}]", limit, skips)
         return _done(path, collector, skips)
     path = Path(os.path.expanduser(str(path)))
     prefix = id_prefix or path.name.split(".")[0]
     collector = _Collector(skips, prefix, limit)
     if format == "eq":
-        for file in _eq_files(path, split):
+        for file in eq_files(path, split):
             relation = file.name.split(".")[0]
             collector.id_prefix = f"{prefix}-{relation}" if path.is_dir() else prefix
-            for i, item in enumerate(_json_list(file)):
+            for i, item in enumerate(json_list(file)):
                 if collector.full:
                     break
-                if (row := _item(file, i, item, skips)) is not None:
+                if (row := json_object(file, i, item, skips)) is not None:
                     extra = {"relation": relation}
                     raw = (None, None, row.get("question"), row.get("answers"), extra, f"[{i}].")
                     collector.add(file, raw, i)
         return _done(path, collector, skips)
     if format == "jsonl":
-        records = _jsonl(path, skips, "id", "answers")
+        records = jsonl_records(path, skips, "id", "answers")
     elif format in ("dpr-jsonl", "nq-open"):
-        records = _jsonl(path, skips, None, "answer")
+        records = jsonl_records(path, skips, None, "answer")
     elif format == "dpr-tsv":
-        records = _dpr_tsv(path, skips)
+        records = dpr_tsv_records(path, skips)
     elif format == "webq-brmson":
-        records = _webq_brmson(path, skips)
+        records = webq_brmson_records(path, skips)
     elif format == "squad":
-        records = _squad(path, skips)
+        records = squad_records(path, skips)
     else:
         raise ValueError(f"unknown question format {format!r} (one of {FORMATS})")
     field = "answer" if format in ("dpr-jsonl", "nq-open") else "answers"
@@ -330,51 +216,6 @@ def _done(path: Any, collector: _Collector, skips: Skips) -> _Collector:
     if not collector.rows:
         raise DataError(path, None, None, "no questions")
     return collector
-
-
-@dataclass(frozen=True)
-class UnmatchablePattern:
-    """A regex answer that compiles as written but not as DPR (and `has_answer`) compile it,
-    NFD-normalised, so it never matches: `P\\étain` -> `P\\e` + U+0301 ("bad escape \\e")."""
-
-    source: str
-    line: int | None  # None for records of JSON files / HF datasets (see `field`)
-    field: str
-    question_id: str
-    pattern: str
-    error: str
-
-    def __str__(self) -> str:
-        where = f"{self.source}:{self.line}" if self.line is not None else self.source
-        return (
-            f"{where} {self.field}: question {self.question_id!r}: {self.pattern!r} never "
-            f"matches once NFD-normalised ({self.error})"
-        )
-
-
-def _check_regex_answers(collector: _Collector) -> list[UnmatchablePattern]:
-    """Compile every answer as the scorer does; raise for a pattern broken as written, and
-    return those broken only by the NFD normalisation (DPR scores them as never matching)."""
-    unmatchable = []
-    for row in collector.rows:
-        source, line, where = collector.where[row["id"]]
-        for i, pattern in enumerate(row["answers"]):
-            field = f"{where}answers[{i}]"
-            try:
-                compile_answer_pattern(pattern)
-                continue
-            except regex.error as e:
-                error = str(e)
-            try:
-                regex.compile(pattern)
-            except regex.error as e:
-                raise DataError(
-                    source, line, field, f"question {row['id']!r}: invalid regex {pattern!r} ({e})"
-                ) from e
-            unmatchable.append(
-                UnmatchablePattern(str(source), line, field, row["id"], pattern, error)
-            )
-    return unmatchable
 
 
 def load_dataset_questions(
@@ -408,7 +249,7 @@ def load_dataset_questions(
         skips=skips if skips is not None else Skips(dataset_cfg.get("on_error") or "raise"),
     )
     if (dataset_cfg.get("match") or "string") == "regex":
-        found = _check_regex_answers(collector)
+        found = check_regex_answers(collector.rows, collector.where)
         if found:
             log.warning(
                 "%s: %d regex answers of %d questions never match (they fail to compile once "

@@ -30,14 +30,8 @@ from densex.propositionizer.quality import (
     read_generation_manifest,
     split_passage_ids,
 )
-from densex.report.propositions import (
-    REFERENCE,
-    aggregate,
-    baseline_systems,
-    log_report,
-    quality_rows,
-    write_report,
-)
+from densex.report.propositions import REFERENCE, aggregate, baseline_systems, quality_rows
+from densex.report.propositions_output import log_report, write_report
 from densex.report.wandb_log import init_run
 from densex.utils.cache import artifact_dir, content_key, hash_file
 from densex.utils.distributed import global_rank

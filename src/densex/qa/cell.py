@@ -84,6 +84,15 @@ def answer_em(prediction: str, answers: Sequence[str], match_type: str = "string
     raise ValueError(f"match_type must be 'string' or 'regex', got {match_type!r}")
 
 
+def _recall_at(curve: Sequence[float], budget: int, max_words: int) -> dict[str, float]:
+    """`answer_recall@l` (percent, 4 decimals) for l = 100, 500 and `budget` within max_words."""
+    metrics: dict[str, float] = {}
+    for l_words in sorted({100, 500, int(budget)}):
+        if l_words <= max_words:
+            metrics[f"answer_recall@{l_words}"] = round(float(curve[l_words]), 4)
+    return metrics
+
+
 def qa_metrics(
     questions: Sequence[Mapping[str, Any]],
     ranked_unit_texts: Sequence[Sequence[str]],
@@ -115,10 +124,7 @@ def qa_metrics(
     if per_question is not None:
         per_question["words_to_answer"] = list(needed)
     write_curve(out / CURVE_FILE, curve, step=curve_step)
-    metrics: dict[str, float] = {}
-    for l_words in sorted({100, 500, int(budget)}):
-        if l_words <= max_words:
-            metrics[f"answer_recall@{l_words}"] = round(float(curve[l_words]), 4)
+    metrics = _recall_at(curve, budget, max_words)
     manifest: dict[str, Any] = {
         "questions": len(questions),
         "budget": int(budget),
@@ -127,32 +133,13 @@ def qa_metrics(
         "curve_file": CURVE_FILE,
         "curve_seconds": round(time.perf_counter() - t0, 3),
     }
-
     reader = build_reader(reader_cfg)
     if reader is not None:
         t0 = time.perf_counter()
-        contexts = [first_words(units, int(budget)) for units in ranked_unit_texts]
-        predictions = reader.answer([q["question"] for q in questions], contexts)
-        correct = [answer_em(p, a, match_type) for p, a in zip(predictions, answers)]
+        correct = _reader_em(reader, questions, answers, ranked_unit_texts, budget, match_type, out)
         metrics[f"em@{int(budget)}"] = round(100.0 * sum(correct) / max(len(correct), 1), 4)
         if per_question is not None:
             per_question[f"em@{int(budget)}"] = [bool(c) for c in correct]
-        write_jsonl(
-            out / PREDICTIONS_FILE,
-            (
-                {
-                    "id": q.get("id", i),
-                    "question": q["question"],
-                    "answers": a,
-                    "prediction": p,
-                    "em": bool(c),
-                    "answer_in_context": has_answer(a, ctx, match_type=match_type),
-                }
-                for i, (q, a, p, c, ctx) in enumerate(
-                    zip(questions, answers, predictions, correct, contexts)
-                )
-            ),
-        )
         manifest.update(
             reader=reader.name,
             reader_model=reader.model_path,
@@ -163,3 +150,36 @@ def qa_metrics(
     write_manifest(out / MANIFEST_FILE, metrics=metrics, **manifest)
     log.info("qa metrics: %s", metrics)
     return metrics
+
+
+def _reader_em(
+    reader: Reader,
+    questions: Sequence[Mapping[str, Any]],
+    answers: Sequence[list[str]],
+    ranked_unit_texts: Sequence[Sequence[str]],
+    budget: int,
+    match_type: str,
+    out: Path,
+) -> list[bool]:
+    """EM of the reader's answer to each question from its first `budget` retrieved words;
+    writes `reader_predictions.jsonl` into `out`."""
+    contexts = [first_words(units, int(budget)) for units in ranked_unit_texts]
+    predictions = reader.answer([q["question"] for q in questions], contexts)
+    correct = [answer_em(p, a, match_type) for p, a in zip(predictions, answers)]
+    write_jsonl(
+        out / PREDICTIONS_FILE,
+        (
+            {
+                "id": q.get("id", i),
+                "question": q["question"],
+                "answers": a,
+                "prediction": p,
+                "em": bool(c),
+                "answer_in_context": has_answer(a, ctx, match_type=match_type),
+            }
+            for i, (q, a, p, c, ctx) in enumerate(
+                zip(questions, answers, predictions, correct, contexts)
+            )
+        ),
+    )
+    return correct

@@ -1,17 +1,15 @@
-"""Entity popularity on EntityQuestions (the paper's Figure 3 and Appendix E).
+"""Recall by entity popularity on EntityQuestions (the paper's Figure 3 and Appendix E).
 
-Each EntityQuestions question is a relation template filled with an entity's surface form,
-so the form is recovered exactly by matching the template. Popularity is how often that form
-occurs (case-insensitive, whole words) in the BM25 top-1000 passages retrieved with the form
-as the query. Questions are bucketed by popularity and recall@k is compared per bucket and
-granularity: the paper finds propositions help most on rare (long-tail) entities.
+Questions are bucketed by their entity's popularity (`qa.mentions.bm25_popularity`) and
+recall@k is compared per bucket and granularity, from each granularity's DPR-format
+retrieval.json (`retrieval_hits`, joined to the questions by id): the paper finds
+propositions help most on rare (long-tail) entities.
 """
 
 from __future__ import annotations
 
 import math
 import os
-import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,145 +17,10 @@ from typing import Any
 
 import numpy as np
 
-from densex.data.questions import load_questions
-from densex.utils.io import DataError, read_json, read_jsonl
+from densex.utils.io import DataError, read_json
 from densex.utils.logging import get_logger
 
 log = get_logger(__name__)
-
-# The 24 EntityQuestions relation templates (Sciavolino et al. 2021), [X] = subject entity.
-TEMPLATES: dict[str, str] = {
-    "P17": "Which country is [X] located in?",
-    "P19": "Where was [X] born?",
-    "P20": "Where did [X] die?",
-    "P26": "Who is [X] married to?",
-    "P36": "What is the capital of [X]?",
-    "P40": "Who is [X]'s child?",
-    "P50": "Who is the author of [X]?",
-    "P69": "Where was [X] educated?",
-    "P106": "What kind of work does [X] do?",
-    "P112": "Who founded [X]?",
-    "P127": "Who owns [X]?",
-    "P131": "Where is [X] located?",
-    "P136": "What type of music does [X] play?",
-    "P159": "Where is the headquarter of [X]?",
-    "P170": "Who was [X] created by?",
-    "P175": "Who performed [X]?",
-    "P176": "Which company is [X] produced by?",
-    "P264": "What music label is [X] represented by?",
-    "P276": "Where is [X] located?",
-    "P407": "Which language was [X] written in?",
-    "P413": "What position does [X] play?",
-    "P495": "Which country was [X] created in?",
-    "P740": "Where was [X] founded?",
-    "P800": "What is [X] famous for?",
-}
-
-
-def _compile(template: str) -> re.Pattern[str]:
-    head, tail = template.split("[X]")
-    return re.compile("^" + re.escape(head) + r"(?P<x>.+?)" + re.escape(tail) + "$", re.DOTALL)
-
-
-_PATTERNS = {rel: _compile(t) for rel, t in TEMPLATES.items()}
-# without a relation, try the templates with the most fixed text first (most specific)
-_BY_SPECIFICITY = sorted(TEMPLATES, key=lambda r: -len(TEMPLATES[r].replace("[X]", "")))
-
-
-def extract_entity(question: str, relation: str | None = None) -> str | None:
-    """The entity surface form in a templated question, or None if no template matches."""
-    q = question.strip()
-    if relation is not None:
-        if relation not in _PATTERNS:
-            raise KeyError(f"unknown EntityQuestions relation {relation!r}")
-        m = _PATTERNS[relation].match(q)
-        return m.group("x").strip() if m else None
-    for rel in _BY_SPECIFICITY:
-        m = _PATTERNS[rel].match(q)
-        if m:
-            return m.group("x").strip()
-    return None
-
-
-def relation_of(path: str | os.PathLike) -> str:
-    """`P19` from `.../P19.test.json`."""
-    return Path(path).name.split(".")[0]
-
-
-# The id prefix `load_dataset_questions` gives EQ rows through conf/dataset/eq.yaml (its
-# `name`): retrieval.json rows written by `evaluate` carry ids `eq-P19-0`, `eq-P19-1`, ...
-EQ_ID_PREFIX = "eq"
-# BM25 for popularity counts: bm25s' defaults (the Figure 3 numbers so far were counted with
-# them). The retrieval baseline (`conf/retriever/bm25.yaml`) uses pyserini's k1=0.9, b=0.4:
-# `scripts/entity_popularity.py --bm25-k1 0.9 --bm25-b 0.4` counts with those instead.
-BM25_K1, BM25_B = 1.5, 0.75
-
-
-def load_eq_questions(
-    eq_dir: str | os.PathLike, split: str = "test", id_prefix: str = EQ_ID_PREFIX
-) -> list[dict[str, Any]]:
-    """All `P*.{split}.json` questions (the project's EQ loader) plus the extracted `entity`.
-
-    Ids are `{id_prefix}-{relation}-{index}`, as `load_dataset_questions` gives them for a
-    dataset config named `id_prefix` (whatever the directory is called), so they join with the
-    ids an `evaluate` run writes into retrieval.json.
-    """
-    rows = load_questions(eq_dir, "eq", split=split, id_prefix=id_prefix)
-    for row in rows:
-        rel = row["relation"]
-        row["entity"] = extract_entity(row["question"], rel) if rel in TEMPLATES else None
-    return rows
-
-
-def _mention_pattern(surface: str) -> re.Pattern[str]:
-    """Whole-word, case-insensitive occurrences of a surface form."""
-    left = r"(?<!\w)" if surface[:1].isalnum() else ""
-    right = r"(?!\w)" if surface[-1:].isalnum() else ""
-    return re.compile(left + re.escape(surface) + right, re.IGNORECASE)
-
-
-def bm25_popularity(
-    entities: Sequence[str],
-    passages: Sequence[str],
-    k: int = 1000,
-    show_progress: bool = False,
-    k1: float = BM25_K1,
-    b: float = BM25_B,
-) -> list[int]:
-    """Occurrences of each surface form in its BM25 top-k passages (bm25s Lucene scoring with
-    `k1`/`b`, English stopwords, lowercased, no stemming).
-
-    A passage BM25 scores 0 shares no query term with the form, so it cannot contain the
-    form; only positive-score passages of the top k are scanned, which is exact and fast.
-    """
-    import bm25s
-
-    if not passages:
-        return [0] * len(entities)
-    uniq = sorted({e for e in entities})
-    retriever = bm25s.BM25(k1=k1, b=b, method="lucene")
-    retriever.index(
-        bm25s.tokenize(list(passages), stopwords="en", show_progress=show_progress),
-        show_progress=show_progress,
-    )
-    query_tokens = bm25s.tokenize(
-        uniq, stopwords="en", return_ids=False, show_progress=show_progress
-    )
-    k = min(k, len(passages))
-    counts: dict[str, int] = {}
-    lowered = [p.lower() for p in passages]
-    nonempty = [i for i, toks in enumerate(query_tokens) if toks]
-    for e in uniq:
-        counts[e] = 0  # a form with only stopwords retrieves nothing: popularity 0
-    if nonempty:
-        docs, scores = retriever.retrieve(
-            [query_tokens[i] for i in nonempty], k=k, show_progress=show_progress, n_threads=1
-        )
-        for row, i in enumerate(nonempty):
-            pattern = _mention_pattern(uniq[i].lower())
-            hits = docs[row][scores[row] > 0]
-            counts[uniq[i]] = sum(len(pattern.findall(lowered[d])) for d in hits)
-    return [counts[e] for e in entities]
 
 
 def bucket_edges(
@@ -376,11 +239,3 @@ def popularity_recall(
                 )
             table.append(rec)
     return PopularityResult(rows, edges, table)
-
-
-def load_passage_texts(path: str | os.PathLike) -> list[str]:
-    """Passage texts (title prepended, as BM25 baselines index Wikipedia) from passages JSONL."""
-    return [
-        (f"{r['title']} {r['text']}" if r.get("title") else r["text"])
-        for r in read_jsonl(path, required=("id",), nonempty=("text",))
-    ]

@@ -68,6 +68,18 @@ def answer_recall_panels(
     return curves
 
 
+def _panel_order(key: Panel) -> tuple:
+    """Panels in the paper's order: retriever, then dataset, then corpus and index."""
+    return (
+        order_index(key[0], RETRIEVER_ORDER),
+        key[0],
+        order_index(key[1], DATASET_ORDER),
+        key[1],
+        key[2],
+        key[3],
+    )
+
+
 def plot_answer_recall(
     job_dirs: Iterable[str | os.PathLike],
     out_png: str | os.PathLike,
@@ -80,7 +92,7 @@ def plot_answer_recall(
     first one found is drawn. The x-axis ends where the curves end; each word budget of
     `budgets` inside it is a dotted vertical line labelled `l = 100` (the paper's EM@l).
     """
-    import matplotlib
+    import matplotlib  # lazy: matplotlib only when plotting (Agg set before pyplot loads)
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -88,54 +100,55 @@ def plot_answer_recall(
     curves = answer_recall_panels(job_dirs)
     if not curves:
         return None
-    keys = sorted(
-        curves,
-        key=lambda k: (
-            order_index(k[0], RETRIEVER_ORDER),
-            k[0],
-            order_index(k[1], DATASET_ORDER),
-            k[1],
-            k[2],
-            k[3],
-        ),
-    )
+    keys = sorted(curves, key=_panel_order)
     varying = [i for i in (2, 3) if len({k[i] for k in keys}) > 1]
     ncols = min(len(keys), 3)
     nrows = math.ceil(len(keys) / ncols)
     fig, axes = plt.subplots(nrows, ncols, figsize=(4.5 * ncols, 3.4 * nrows), squeeze=False)
     for ax, key in zip(axes.flat, keys):
-        panel = curves[key]
-        x_max = max((max(w) for w, _ in panel.values() if w), default=0) or 1
-        for gran in sorted(panel, key=lambda g: (order_index(g, GRANULARITY_ORDER), g)):
-            words, recall = panel[gran]
-            ax.plot(words, recall, label=_name(gran), color=COLORS.get(gran))
-        ax.set_xlim(0, x_max)
-        ax.set_ylim(0, 100)
-        for l_words in sorted({int(b) for b in budgets}):
-            if 0 < l_words < x_max:
-                ax.axvline(l_words, color="grey", linestyle=":", linewidth=0.8)
-                ax.annotate(
-                    f"l = {l_words}",
-                    (l_words, 2),
-                    xytext=(3, 0),
-                    textcoords="offset points",
-                    rotation=90,
-                    fontsize=7,
-                    color="dimgrey",
-                    va="bottom",
-                )
-        extra = ", ".join(key[i] for i in varying)
-        ax.set_title(f"{_name(key[0])} — {_name(key[1])}" + (f" ({extra})" if extra else ""))
-        ax.set_xlabel("number of retrieved words")
-        ax.set_ylabel("answer recall (%)")
-        ax.grid(alpha=0.3)
-        ax.legend(loc="lower right", fontsize=8)
+        _draw_panel(ax, key, curves[key], budgets, [key[i] for i in varying])
     for ax in list(axes.flat)[len(keys) :]:
         ax.set_visible(False)
     fig.tight_layout()
     out = _savefig(fig, Path(out_png))
     plt.close(fig)
     return out
+
+
+def _draw_panel(
+    ax: Any,
+    key: Panel,
+    panel: Mapping[str, tuple[list[int], list[float]]],
+    budgets: Sequence[int],
+    extras: Sequence[str],
+) -> None:
+    """One panel of `plot_answer_recall`: a line per granularity, budget lines, title with
+    the varying `extras` (corpus, index)."""
+    x_max = max((max(w) for w, _ in panel.values() if w), default=0) or 1
+    for gran in sorted(panel, key=lambda g: (order_index(g, GRANULARITY_ORDER), g)):
+        words, recall = panel[gran]
+        ax.plot(words, recall, label=_name(gran), color=COLORS.get(gran))
+    ax.set_xlim(0, x_max)
+    ax.set_ylim(0, 100)
+    for l_words in sorted({int(b) for b in budgets}):
+        if 0 < l_words < x_max:
+            ax.axvline(l_words, color="grey", linestyle=":", linewidth=0.8)
+            ax.annotate(
+                f"l = {l_words}",
+                (l_words, 2),
+                xytext=(3, 0),
+                textcoords="offset points",
+                rotation=90,
+                fontsize=7,
+                color="dimgrey",
+                va="bottom",
+            )
+    extra = ", ".join(extras)
+    ax.set_title(f"{_name(key[0])} — {_name(key[1])}" + (f" ({extra})" if extra else ""))
+    ax.set_xlabel("number of retrieved words")
+    ax.set_ylabel("answer recall (%)")
+    ax.grid(alpha=0.3)
+    ax.legend(loc="lower right", fontsize=8)
 
 
 def plot_popularity(

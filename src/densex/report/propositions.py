@@ -13,22 +13,17 @@ themselves as a ceiling/sanity row), per passage and in aggregate:
 
 Aggregates are means over passages (set-F1 the mean of per-passage set-F1, as in training's
 validation), except words per proposition: total words / total propositions (Table 1's way).
-Outputs: `propositions_per_passage.csv`, `propositions_report.csv` / `.md` / `.json`, and a
-W&B table (`log_report`).
+Written out by `report.propositions_output`: `propositions_per_passage.csv`,
+`propositions_report.csv` / `.md` / `.json`, and a W&B table.
 """
 
 from __future__ import annotations
 
-import csv
 import math
-import os
 from collections.abc import Callable, Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
-from densex.metrics.propositions import STOPWORDS_NAME, stopwords, word_stats
-from densex.report.wandb_log import log_table
-from densex.utils.io import atomic_open, write_json
+from densex.metrics.propositions import PropositionWordStats, stopwords, word_stats
 
 __all__ = [
     "PASSAGE",
@@ -36,60 +31,12 @@ __all__ = [
     "SENTENCES",
     "aggregate",
     "baseline_systems",
-    "log_report",
     "quality_rows",
-    "report_markdown",
-    "write_report",
 ]
 
 REFERENCE = "reference"
 SENTENCES = "sentences"
 PASSAGE = "passage"
-
-PER_PASSAGE_FILE = "propositions_per_passage.csv"
-REPORT_FILE = "propositions_report"  # .csv / .md / .json
-
-PER_PASSAGE_COLUMNS = (
-    "system",
-    "passage_id",
-    "title",
-    "set_f1",
-    "precision",
-    "recall",
-    "n_propositions",
-    "ref_n_propositions",
-    "words_per_proposition",
-    "ref_words_per_proposition",
-    "coverage",
-    "unsupported",
-    "passage_content_words",
-    "proposition_content_words",
-    "parse",
-    "fallback_reason",
-    "repairs",
-    "cut",
-    "unsupported_words",
-)
-TABLE_COLUMNS = (
-    "system",
-    "n_passages",
-    "set_f1",
-    "precision",
-    "recall",
-    "props_per_passage",
-    "ref_props_per_passage",
-    "props_ratio",
-    "words_per_prop",
-    "ref_words_per_prop",
-    "words_ratio",
-    "coverage",
-    "unsupported",
-    "parse_rate",
-    "parsed_strict",
-    "repaired",
-    "fallbacks",
-    "hit_max_new_tokens",
-)
 
 
 def baseline_systems(
@@ -148,35 +95,44 @@ def quality_rows(
         outcomes = (parse or {}).get(name) or {}
         for p, s in zip(passages, scores[name]):
             st = word_stats(p["text"], props[p["id"]], _context(p), stop, stem)
-            ref = ref_stats[p["id"]]
-            outcome = outcomes.get(p["id"]) or {}
-            rows.append(
-                {
-                    "system": name,
-                    "passage_id": p["id"],
-                    "title": p.get("title") or "",
-                    "set_f1": s["f1"],
-                    "precision": s["precision"],
-                    "recall": s["recall"],
-                    "n_propositions": st.n_propositions,
-                    "ref_n_propositions": ref.n_propositions,
-                    "words_per_proposition": st.words_per_proposition,
-                    "ref_words_per_proposition": ref.words_per_proposition,
-                    "coverage": st.coverage,
-                    "unsupported": st.unsupported,
-                    "passage_content_words": st.passage_content_words,
-                    "proposition_content_words": st.proposition_content_words,
-                    "parse": outcome.get("parse"),
-                    "fallback_reason": outcome.get("fallback_reason"),
-                    "repairs": outcome.get("repairs"),
-                    "cut": outcome.get("cut"),
-                    "unsupported_words": " ".join(st.unsupported_words),
-                    # totals for the aggregate (not written per passage)
-                    "_words": st.n_words,
-                    "_ref_words": ref.n_words,
-                }
-            )
+            rows.append(_row(name, p, s, st, ref_stats[p["id"]], outcomes.get(p["id"]) or {}))
     return rows
+
+
+def _row(
+    name: str,
+    p: Mapping[str, Any],
+    s: Mapping[str, float],
+    st: PropositionWordStats,
+    ref: PropositionWordStats,
+    outcome: Mapping[str, Any],
+) -> dict[str, Any]:
+    """The row of system `name` on passage `p`: its scores `s`, word stats `st` beside the
+    references' `ref`, and its parse outcome."""
+    return {
+        "system": name,
+        "passage_id": p["id"],
+        "title": p.get("title") or "",
+        "set_f1": s["f1"],
+        "precision": s["precision"],
+        "recall": s["recall"],
+        "n_propositions": st.n_propositions,
+        "ref_n_propositions": ref.n_propositions,
+        "words_per_proposition": st.words_per_proposition,
+        "ref_words_per_proposition": ref.words_per_proposition,
+        "coverage": st.coverage,
+        "unsupported": st.unsupported,
+        "passage_content_words": st.passage_content_words,
+        "proposition_content_words": st.proposition_content_words,
+        "parse": outcome.get("parse"),
+        "fallback_reason": outcome.get("fallback_reason"),
+        "repairs": outcome.get("repairs"),
+        "cut": outcome.get("cut"),
+        "unsupported_words": " ".join(st.unsupported_words),
+        # totals for the aggregate (not written per passage)
+        "_words": st.n_words,
+        "_ref_words": ref.n_words,
+    }
 
 
 def _context(p: Mapping[str, Any]) -> list[str]:
@@ -197,8 +153,9 @@ def _ratio(a: float | None, b: float | None) -> float | None:
 
 
 def aggregate(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """One row per system (first-seen order) with the columns of `TABLE_COLUMNS`. Parse
-    columns are None for a system without per-passage parse results (baselines)."""
+    """One row per system (first-seen order) with the columns of
+    `report.propositions_output.TABLE_COLUMNS`. Parse columns are None for a system without
+    per-passage parse results (baselines)."""
     table = []
     for name in dict.fromkeys(r["system"] for r in rows):
         rs = [r for r in rows if r["system"] == name]
@@ -232,105 +189,3 @@ def aggregate(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
             }
         )
     return table
-
-
-def _f(v: Any, digits: int = 3, percent: bool = False) -> str:
-    if v is None or _isnan(v):
-        return "–"
-    if isinstance(v, (bool, int)):
-        return str(v)
-    return f"{100 * v:.1f}" if percent else f"{v:.{digits}f}"
-
-
-def report_markdown(table: Sequence[Mapping[str, Any]], notes: Sequence[str] = ()) -> str:
-    """GitHub Markdown of `aggregate`'s table (shares in percent), then `notes` as bullets."""
-    header = [
-        "system", "passages", "set-F1", "P", "R", "props / passage", "words / prop",
-        "coverage %", "unsupported %", "parse rate %", "fallbacks", "cut",
-    ]  # fmt: skip
-    lines = ["| " + " | ".join(header) + " |", "|---|" + "---:|" * (len(header) - 1)]
-    for r in table:
-        cells = [
-            str(r["system"]),
-            str(r["n_passages"]),
-            _f(r["set_f1"]),
-            _f(r["precision"]),
-            _f(r["recall"]),
-            _f(r["props_per_passage"], 2),
-            _f(r["words_per_prop"], 1),
-            _f(r["coverage"], percent=True),
-            _f(r["unsupported"], percent=True),
-            _f(r["parse_rate"], percent=True),
-            _f(r["fallbacks"]),
-            _f(r["hit_max_new_tokens"]),
-        ]
-        lines.append("| " + " | ".join(cells) + " |")
-    out = "\n".join(lines) + "\n"
-    if notes:
-        out += "\n" + "".join(f"- {n}\n" for n in notes)
-    return out
-
-
-def _csv(path: Path, columns: Sequence[str], rows: Sequence[Mapping[str, Any]]) -> Path:
-    with atomic_open(path) as f:
-        w = csv.DictWriter(f, fieldnames=list(columns), extrasaction="ignore", lineterminator="\n")
-        w.writeheader()
-        for r in rows:
-            w.writerow({c: ("" if r.get(c) is None else r.get(c)) for c in columns})
-    return path
-
-
-def write_report(
-    out_dir: str | os.PathLike,
-    rows: Sequence[Mapping[str, Any]],
-    table: Sequence[Mapping[str, Any]],
-    summary: Mapping[str, Any],
-    notes: Sequence[str] = (),
-) -> dict[str, Path]:
-    """Write the per-passage CSV, the aggregate table (CSV, Markdown) and `summary` + table as
-    JSON into `out_dir`, each atomically; return their paths."""
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    paths = {
-        "per_passage": _csv(out / PER_PASSAGE_FILE, PER_PASSAGE_COLUMNS, rows),
-        "csv": _csv(out / f"{REPORT_FILE}.csv", TABLE_COLUMNS, table),
-    }
-    md = out / f"{REPORT_FILE}.md"
-    title = summary.get("title") or "Propositionizer quality"
-    with atomic_open(md) as f:
-        f.write(f"# {title}\n\n" + report_markdown(table, notes))
-    paths["md"] = md
-    paths["json"] = out / f"{REPORT_FILE}.json"
-    write_json(
-        paths["json"],
-        {**summary, "stopwords": STOPWORDS_NAME, "table": [dict(r) for r in table]},
-    )
-    return paths
-
-
-def log_report(
-    run: Any, table: Sequence[Mapping[str, Any]], rows: Sequence[Mapping[str, Any]] = ()
-) -> None:
-    """Log the aggregate table (`propositions_report`), the per-passage rows
-    (`propositions_per_passage`) and each system's scalars (`{system}/{metric}`) to a W&B run."""
-
-    metrics = {
-        f"{r['system']}/{k}": float(v)
-        for r in table
-        for k, v in r.items()
-        if k != "system" and isinstance(v, (int, float)) and not isinstance(v, bool)
-    }
-    run.log(metrics)
-    run.summary.update(metrics)
-    log_table(run, "propositions_report", [{c: r.get(c) for c in TABLE_COLUMNS} for r in table])
-    if rows:
-        cols = list(PER_PASSAGE_COLUMNS)
-        log_table(
-            run, "propositions_per_passage", [{c: _cell(r.get(c)) for c in cols} for r in rows]
-        )
-
-
-def _cell(v: Any) -> Any:
-    """W&B table cells of one type per column: bools as strings (None stays None, which W&B
-    tables accept in any column, as the aggregate table's empty parse columns show)."""
-    return str(v) if isinstance(v, bool) else v

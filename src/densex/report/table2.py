@@ -49,6 +49,31 @@ def load_results(paths: Iterable[str | os.PathLike]) -> list[dict[str, Any]]:
     return rows
 
 
+def _table2_cells(
+    rows: Sequence[dict[str, Any]], metrics: Sequence[tuple[str, str]]
+) -> dict[tuple, list[dict[str, Any]]]:
+    """Rows grouped by cell (`pivot.cell_key`); a row missing a metric, or a second row of a
+    cell with the same budget and reader, is a DataError."""
+    cells: dict[tuple, list[dict[str, Any]]] = {}
+    seen: dict[tuple, tuple[int, dict[str, Any]]] = {}
+    for i, row in enumerate(rows):
+        for _, field in metrics:
+            if field not in row:
+                raise DataError(row.get("job_dir", "<rows>"), i + 1, field, "missing")
+        key = cell_key(row, CONDITION_FIELDS)
+        full = (*key, *(str(row.get(f)) for f in REPEAT_FIELDS))
+        if full in seen:
+            j, other = seen[full]
+            names = (*CONDITION_FIELDS, *RESULT_FIELDS)
+            where = other.get("job_dir") or f"row {j + 1}"
+            raise duplicate_cell(
+                row, i + 1, "retriever/granularity/dataset", "Table 2", names, key, where
+            )
+        seen[full] = (i, row)
+        cells.setdefault(key, []).append(row)
+    return cells
+
+
 def table2_rows(
     rows: Sequence[dict[str, Any]],
     ks: Sequence[int] = (5, 20),
@@ -68,23 +93,7 @@ def table2_rows(
     other columns, e.g. `("AR@100", "answer_recall@100")`.
     """
     metrics = list(metrics) if metrics is not None else [(f"R@{k}", f"recall@{k}") for k in ks]
-    cells: dict[tuple, list[dict[str, Any]]] = {}
-    seen: dict[tuple, tuple[int, dict[str, Any]]] = {}
-    for i, row in enumerate(rows):
-        for _, field in metrics:
-            if field not in row:
-                raise DataError(row.get("job_dir", "<rows>"), i + 1, field, "missing")
-        key = cell_key(row, CONDITION_FIELDS)
-        full = (*key, *(str(row.get(f)) for f in REPEAT_FIELDS))
-        if full in seen:
-            j, other = seen[full]
-            names = (*CONDITION_FIELDS, *RESULT_FIELDS)
-            where = other.get("job_dir") or f"row {j + 1}"
-            raise duplicate_cell(
-                row, i + 1, "retriever/granularity/dataset", "Table 2", names, key, where
-            )
-        seen[full] = (i, row)
-        cells.setdefault(key, []).append(row)
+    cells = _table2_cells(rows, metrics)
     axes = pivot_axes(cells, len(CONDITION_FIELDS))
     varying = [CONDITION_FIELDS[j] for j in axes.varying]
     retrievers, conds = axes.retrievers, axes.conds

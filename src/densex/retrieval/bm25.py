@@ -20,6 +20,7 @@ from bm25s.tokenization import Tokenizer
 
 from densex.metrics.propositions import stemmer
 from densex.retrieval.spec import BM25Spec
+from densex.utils.bm25 import bm25_index, bm25_search, bm25_tokenizer
 from densex.utils.config import from_config
 from densex.utils.integrity import DamagedArtifact, file_records, verify_files
 from densex.utils.io import DataError, mkdtemp, read_json, read_jsonl, write_json, write_manifest
@@ -31,7 +32,7 @@ def bm25_settings(cfg: Mapping[str, Any] | Any) -> dict[str, Any]:
 
 
 def _tokenizer(settings: Mapping[str, Any]) -> Tokenizer:
-    return Tokenizer(
+    return bm25_tokenizer(
         lower=settings["lower"],
         stopwords=settings["stopwords"] or [],
         stemmer=stemmer(settings["stemmer"]),
@@ -39,6 +40,7 @@ def _tokenizer(settings: Mapping[str, Any]) -> Tokenizer:
 
 
 def unit_text(settings: Mapping[str, Any], unit: Mapping[str, Any]) -> str:
+    """The text BM25 indexes for a unit: its title + `title_sep` + text with `title: prefix`."""
     title = (unit.get("title") or "").strip()
     if settings["title"] == "prefix" and title:
         return title + settings["title_sep"] + unit["text"]
@@ -73,9 +75,14 @@ class BM25Searcher:
         if not ids:
             raise DataError(units_path, None, None, "no units to index")
         tok = _tokenizer(settings)
-        corpus = tok.tokenize(texts, return_as="tuple", show_progress=False)
-        model = bm25s.BM25(k1=settings["k1"], b=settings["b"], method=settings["method"])
-        model.index(corpus, show_progress=False)
+        model = bm25_index(
+            texts,
+            tok,
+            k1=settings["k1"],
+            b=settings["b"],
+            method=settings["method"],
+            allow_empty=True,  # a unit without an indexed term is the empty token
+        )
         return cls(model, tok, ids, settings)
 
     def search(self, queries: Sequence[str], n: int) -> tuple[np.ndarray, np.ndarray]:
@@ -85,8 +92,7 @@ class BM25Searcher:
         k = min(n, self.ntotal)
         if k <= 0 or not len(queries):
             return scores, rows
-        q = self.tokenizer.tokenize(list(queries), update_vocab=False, show_progress=False)
-        docs, s = self.model.retrieve(q, k=k, show_progress=False, n_threads=1)
+        docs, s = bm25_search(self.model, self.tokenizer, queries, k, allow_empty=True)
         hit = s > 0
         scores[:, :k] = np.where(hit, s, -np.inf)
         rows[:, :k] = np.where(hit, docs, -1)
