@@ -24,7 +24,7 @@ import torch
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
 from densex.propositionizer.backbone import build_bert2bert, target_ids
-from densex.propositionizer.data import format_source, format_target
+from densex.propositionizer.pairs import format_source, format_target
 
 
 def load_pairs(data_dir: Path) -> list[tuple[str, str]]:

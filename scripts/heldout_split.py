@@ -1,6 +1,6 @@
 """Write the propositionizer's held-out articles of squad-open as a corpus of their own.
 
-`train.py` splits the squad-open pairs by article (`densex.propositionizer.data.split_by_title`,
+`train.py` splits the squad-open pairs by article (`densex.propositionizer.pairs.split_by_title`,
 a fixed hash of the title; `data.val_fraction`, default 0.1). This script writes, for exactly
 those held-out articles, `passages.jsonl`, `propositions.jsonl` (the teacher's) and
 `questions.jsonl` (their SQuAD questions), so retrieval with a trained model's own
@@ -19,7 +19,7 @@ import json
 import os
 from pathlib import Path
 
-from densex.propositionizer.data import split_by_title
+from densex.propositionizer.pairs import split_by_title
 from densex.utils.io import numbered_jsonl, read_json, write_jsonl
 
 

@@ -17,7 +17,7 @@ import numpy as np
 from densex.corpus.readers import Skips, read_passages
 from densex.corpus.units import build_units
 from densex.pipelines import train
-from densex.propositionizer.parse import resolve_output
+from densex.propositionizer.resolve import resolve_output
 
 DEMO = Path(__file__).resolve().parents[1] / "data" / "demo"
 

@@ -11,9 +11,11 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from densex.propositionizer import generate as gen
-from densex.propositionizer.generate import generate_propositions, manifest_path, passage_source
-from densex.propositionizer.parse import SentenceSplitter
+from densex.propositionizer import fingerprint, model_backend
+from densex.propositionizer.generate import generate_propositions
+from densex.propositionizer.generator import PropositionGenerator, PropositionShardWriter
+from densex.propositionizer.output import manifest_path, passage_source
+from densex.propositionizer.resolve import SentenceSplitter
 from densex.utils.generation import hit_max_new_tokens
 from densex.utils.io import DataError
 from helpers.config import compose_config
@@ -82,29 +84,29 @@ def test_interrupted_run_resumes_at_the_missing_shards(tiny_t5, squad_open, tmp_
     )
 
     out = tmp_path / "run" / "p.jsonl"
-    real_write = gen.PropositionShardWriter.write_on_batch_end
+    real_write = PropositionShardWriter.write_on_batch_end
 
     def write_then_crash(self, *args, **kwargs):
         real_write(self, *args, **kwargs)
         raise RuntimeError("simulated preemption after one shard")
 
-    monkeypatch.setattr(gen.PropositionShardWriter, "write_on_batch_end", write_then_crash)
+    monkeypatch.setattr(PropositionShardWriter, "write_on_batch_end", write_then_crash)
     with pytest.raises(RuntimeError, match="preemption"):
         generate_propositions(passages_path, _cfg(tiny_t5), out, TRAINER)
     assert not out.exists()
     (shard0,) = (out.parent / "shards").glob("*/shard-*.jsonl")
     assert shard0.name == "shard-00000.jsonl"
     mtime = shard0.stat().st_mtime_ns
-    monkeypatch.setattr(gen.PropositionShardWriter, "write_on_batch_end", real_write)
+    monkeypatch.setattr(PropositionShardWriter, "write_on_batch_end", real_write)
 
     generated: list[list[str]] = []
-    real_generate = gen.PropositionGenerator.generate
+    real_generate = PropositionGenerator.generate
 
     def counting_generate(self, sources):
         generated.append(list(sources))
         return real_generate(self, sources)
 
-    monkeypatch.setattr(gen.PropositionGenerator, "generate", counting_generate)
+    monkeypatch.setattr(PropositionGenerator, "generate", counting_generate)
     generate_propositions(passages_path, _cfg(tiny_t5, batch_size=2), out, TRAINER)
     assert len(generated) == 2 and sum(map(len, generated)) == 5  # shards 1 and 2 only
     assert shard0.stat().st_mtime_ns == mtime  # the finished shard was not rewritten
@@ -285,13 +287,13 @@ def test_passages_are_read_by_the_corpus_reader(tiny_t5, tmp_path, monkeypatch):
     assert (e.value.path, e.value.line, e.value.field) == (str(path), 2, "text")
 
     built = []
-    original = gen.predict_trainer
+    original = model_backend.predict_trainer
 
     def spy(*args, **kwargs):
         built.append(kwargs)
         return original(*args, **kwargs)
 
-    monkeypatch.setattr(gen, "predict_trainer", spy)
+    monkeypatch.setattr(model_backend, "predict_trainer", spy)
     out = generate_propositions(
         path, _cfg(tiny_t5, on_error="skip"), tmp_path / "o" / "p.jsonl", TRAINER
     )
@@ -305,7 +307,7 @@ def test_passages_are_read_by_the_corpus_reader(tiny_t5, tmp_path, monkeypatch):
 def _spy_generate(monkeypatch) -> list[dict]:
     """Record, at each `generate` call, the weights' dtype and whether autocast is on."""
     seen: list[dict] = []
-    real = gen.PropositionGenerator.generate
+    real = PropositionGenerator.generate
 
     def spy(self, sources):
         seen.append(
@@ -316,7 +318,7 @@ def _spy_generate(monkeypatch) -> list[dict]:
         )
         return real(self, sources)
 
-    monkeypatch.setattr(gen.PropositionGenerator, "generate", spy)
+    monkeypatch.setattr(PropositionGenerator, "generate", spy)
     return seen
 
 
@@ -328,13 +330,13 @@ def test_propositionizer_dtype_decides_not_the_trainer_precision(
     passages_path, _ = _first_passages(squad_open, tmp_path, 3)
     seen = _spy_generate(monkeypatch)
     built = []
-    original = gen.predict_trainer
+    original = model_backend.predict_trainer
 
     def spy_trainer(*args, **kwargs):
         built.append(kwargs)
         return original(*args, **kwargs)
 
-    monkeypatch.setattr(gen, "predict_trainer", spy_trainer)
+    monkeypatch.setattr(model_backend, "predict_trainer", spy_trainer)
     bf16_trainer = {**TRAINER, "precision": "bf16-mixed"}
     out = generate_propositions(
         passages_path, _cfg(tiny_t5, dtype="float32"), tmp_path / "a" / "p.jsonl", bf16_trainer
@@ -364,13 +366,15 @@ def test_propositionizer_dtype_decides_not_the_trainer_precision(
 
 
 def test_effective_dtype_follows_the_trainer_accelerator():
-    assert gen.effective_dtype("auto", {"accelerator": "cpu"}) == "float32"
-    assert gen.effective_dtype("fp16", {"accelerator": "cpu"}) == "float16"
-    assert gen.effective_dtype("float32", None) == "float32"
+    assert fingerprint.effective_dtype("auto", {"accelerator": "cpu"}) == "float32"
+    assert fingerprint.effective_dtype("fp16", {"accelerator": "cpu"}) == "float16"
+    assert fingerprint.effective_dtype("float32", None) == "float32"
     gpu = torch.cuda.is_available() and torch.cuda.is_bf16_supported()
-    assert gen.effective_dtype("auto", {"accelerator": "gpu"}) == ("bfloat16" if gpu else "float32")
+    assert fingerprint.effective_dtype("auto", {"accelerator": "gpu"}) == (
+        "bfloat16" if gpu else "float32"
+    )
     with pytest.raises(ValueError, match="dtype must be"):
-        gen.effective_dtype("int8", None)
+        fingerprint.effective_dtype("int8", None)
 
 
 def _fake_hub_snapshot(cache: Path, repo_id: str, model_dir: Path, commit: str) -> None:
@@ -392,9 +396,9 @@ def test_a_hub_id_is_keyed_by_its_resolved_commit(tiny_t5, squad_open, tmp_path,
     monkeypatch.setattr(hf_constants, "HF_HUB_CACHE", str(cache))
     c1, c2 = "1" * 40, "2" * 40
     _fake_hub_snapshot(cache, "densex-test/tiny-t5", tiny_t5, c1)
-    assert gen.hub_commit("densex-test/tiny-t5") == c1
-    assert gen.hub_commit("densex-test/not-cached") is None  # offline, unknown: id only
-    assert gen.model_fingerprint("densex-test/not-cached") == {
+    assert fingerprint.hub_commit("densex-test/tiny-t5") == c1
+    assert fingerprint.hub_commit("densex-test/not-cached") is None  # offline, unknown: id only
+    assert fingerprint.model_fingerprint("densex-test/not-cached") == {
         "hub_id": "densex-test/not-cached",
         "commit": None,
     }
@@ -445,7 +449,7 @@ def test_cut_flags_with_eos_as_decoder_start(tiny_t5, squad_open, tmp_path):
 
     _, passages = _first_passages(squad_open, tmp_path, 6)
     sources = [passage_source(p) for p in passages]
-    module = gen.PropositionGenerator(str(bart_like), batch_size=4, max_new_tokens=6)
+    module = PropositionGenerator(str(bart_like), batch_size=4, max_new_tokens=6)
     _, cut = module.generate(sources)
     expected = []
     for s in sources:

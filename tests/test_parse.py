@@ -10,11 +10,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from densex.propositionizer.parse import (
+from densex.propositionizer.parse import parse_propositions
+from densex.propositionizer.resolve import (
     ParseStats,
     SentenceSplitter,
     fallback_propositions,
-    parse_propositions,
     resolve_output,
 )
 

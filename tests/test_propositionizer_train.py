@@ -21,19 +21,19 @@ from densex.pipelines.train import (
     best_checkpoint,
     build_loggers,
 )
-from densex.propositionizer.data import (
-    LengthGroupedSampler,
-    PropositionDataModule,
-    load_hf_pairs,
-    load_jsonl_pairs,
-    load_squad_open_pairs,
-    split_by_title,
-)
+from densex.propositionizer.data import PropositionDataModule
 from densex.propositionizer.module import (
     PropositionizerModule,
     parse_prediction,
     prepare_model_path,
 )
+from densex.propositionizer.pairs import (
+    load_hf_pairs,
+    load_jsonl_pairs,
+    load_squad_open_pairs,
+    split_by_title,
+)
+from densex.propositionizer.sampler import LengthGroupedSampler
 from densex.utils.io import DataError
 from helpers.env import subprocess_env
 
@@ -451,7 +451,7 @@ def test_wandb_logger_is_offline_without_login(cfg_train, tmp_path, monkeypatch)
 
 def test_export_swaps_atomically(tiny_t5, tmp_path, monkeypatch):
     """A failed export leaves the previous one in place (it used to be deleted first)."""
-    from densex.propositionizer import module as module_mod
+    from densex.propositionizer import export as export_mod
 
     module = PropositionizerModule(str(tiny_t5))
     out = tmp_path / "hf_model"
@@ -463,12 +463,12 @@ def test_export_swaps_atomically(tiny_t5, tmp_path, monkeypatch):
             raise OSError("disk full")
         return real_replace(src, dst)
 
-    monkeypatch.setattr(module_mod.os, "replace", failing_replace)
+    monkeypatch.setattr(export_mod.os, "replace", failing_replace)
     with pytest.raises(OSError, match="disk full"):
         module.export_hf(out, run=2)
     assert json.loads((out / "manifest.json").read_text())["run"] == 1
     assert (out / "config.json").exists() and os.listdir(tmp_path) == ["hf_model"]
-    monkeypatch.setattr(module_mod.os, "replace", real_replace)
+    monkeypatch.setattr(export_mod.os, "replace", real_replace)
     module.export_hf(out, run=3)
     assert json.loads((out / "manifest.json").read_text())["run"] == 3
     assert os.listdir(tmp_path) == ["hf_model"]

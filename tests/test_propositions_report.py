@@ -13,7 +13,7 @@ import pytest
 
 from densex.metrics.propositions import content_words, coverage, unsupported, word_stats
 from densex.propositionizer.data import PropositionDataModule
-from densex.propositionizer.generate import write_propositions
+from densex.propositionizer.output import write_propositions
 from densex.propositionizer.quality import parse_outcomes, split_passage_ids
 from densex.utils.io import DataError
 from helpers.config import compose_config

@@ -16,8 +16,9 @@ import pytest
 
 pytest.importorskip("openai")
 
-from densex.propositionizer.generate import generate_propositions, manifest_path  # noqa: E402
-from densex.propositionizer.parse import SentenceSplitter  # noqa: E402
+from densex.propositionizer.generate import generate_propositions  # noqa: E402
+from densex.propositionizer.output import manifest_path  # noqa: E402
+from densex.propositionizer.resolve import SentenceSplitter  # noqa: E402
 from densex.propositionizer.teacher import TeacherError, fill_prompt  # noqa: E402
 
 SECRET = "sk-densex-test-9f8e7d6c5b4a-DO-NOT-LEAK"

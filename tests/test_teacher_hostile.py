@@ -18,7 +18,8 @@ import pytest
 
 pytest.importorskip("openai")
 
-from densex.propositionizer.generate import generate_propositions, manifest_path  # noqa: E402
+from densex.propositionizer.generate import generate_propositions  # noqa: E402
+from densex.propositionizer.output import manifest_path  # noqa: E402
 from densex.propositionizer.teacher import Teacher, TeacherError  # noqa: E402
 from helpers.env import subprocess_env
 

@@ -35,7 +35,7 @@ def propositions_key(cfg: DictConfig, passages_path: Path) -> str:
     them that a path string hides: the model checkpoint's files (the fingerprint
     `generate.py` keys its shards with) and the teacher's prompt template (sha256)."""
     # the propositionizer (transformers) loads only when propositions are generated
-    from densex.propositionizer.generate import effective_dtype, model_fingerprint
+    from densex.propositionizer.fingerprint import effective_dtype, model_fingerprint
 
     settings = OmegaConf.to_container(cfg.propositionizer, resolve=True)
     ptype = str(settings.get("type", "model"))
@@ -47,7 +47,7 @@ def propositions_key(cfg: DictConfig, passages_path: Path) -> str:
     if ptype == "teacher" or settings.get("prompt"):
         prompt = settings.get("prompt")
         if not prompt:
-            from densex.propositionizer.teacher import default_prompt_path  # as above
+            from densex.propositionizer.prompt import default_prompt_path  # as above
 
             prompt = default_prompt_path()
         if Path(prompt).is_file():
@@ -84,7 +84,7 @@ def generated_propositions(cfg: DictConfig, passages_path: Path) -> Path:
 def _propositions_intact(path: Path) -> bool:
     """Whether a cached propositions file matches the size + hash its manifest recorded;
     damaged (or unrecorded) ones are reported and regenerated (`cache.on_damaged`)."""
-    from densex.propositionizer.generate import manifest_path  # transformers
+    from densex.propositionizer.output import manifest_path  # transformers
 
     try:
         record = read_json(manifest_path(path)).get("file")

@@ -2,7 +2,7 @@
 
 A propositionizer is any checkpoint `AutoModelForSeq2SeqLM` loads: a (Flan-)T5, or a BERT-style
 `EncoderDecoderModel` warm-started from an encoder checkpoint (`build_bert2bert`). The training
-data (`data.py`), the Lightning module (`module.py`) and generation (`generate.py`) call only
+data (`data.py`), the Lightning module (`module.py`) and generation (`generator.py`) call only
 the functions here for what the two families do differently: how targets are tokenised (T5
 adds `</s>`; BERT adds `[CLS] ... [SEP]`, and the `[CLS]` must not be a label because it is the
 decoder start token), which token ends a sequence (`eos` or `[SEP]`), and whether the tokenizer

@@ -1,22 +1,14 @@
 """Passage -> propositions pairs for fine-tuning a propositionizer, as a LightningDataModule.
 
-A pair is ``{"id", "title", "source", "target"}``: the source is the paper's input string
-``Title: {title}. Section: {section}. Content: {text}`` and the target the JSON list of
-propositions (``json.dumps(..., ensure_ascii=False)``), exactly what the model must generate.
-Three readers produce pairs: the shared squad-open files (passages + propositions joined on
-id), the released Hugging Face training data (``sources``/``targets`` columns), and JSONL.
-The train/validation split is by article, from a fixed hash of the title, so no article leaks
-across it and the split does not change with file order, seeds or Python's hash salt.
+The pairs come from `pairs.py` (readers, article split); this module limits them, tokenises
+them (`backbone.py`: what differs between T5 and bert2bert), and batches them: dynamic
+padding, length-grouped training batches (`sampler.LengthGroupedSampler`) sharded per rank,
+resumable mid-epoch (`utils.resume.ResumableDataLoader`).
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
-import os
-import re
-from collections.abc import Iterator, Sequence
-from pathlib import Path
+from collections.abc import Sequence
 from typing import Any
 
 import pytorch_lightning as pl
@@ -24,267 +16,19 @@ import torch
 from torch.utils.data import DataLoader, DistributedSampler
 
 from densex.propositionizer.backbone import end_token_id, target_ids, truncate_ids
-from densex.utils.io import DataError, numbered_jsonl
+from densex.propositionizer.pairs import (
+    load_hf_pairs,
+    load_jsonl_pairs,
+    load_squad_open_pairs,
+    split_by_title,
+)
+from densex.propositionizer.sampler import LengthGroupedSampler
 from densex.utils.logging import get_logger
 from densex.utils.resume import ResumableDataLoader, epoch_batches_done
 
 log = get_logger(__name__)
 
-_TITLE_RE = re.compile(r"^Title:\s*(.*?)\.\s*Section:", re.DOTALL)
-
-
-def format_source(title: str, section: str, text: str) -> str:
-    """The propositionizer's input string (paper, Figure 8 and the released model card)."""
-    return f"Title: {title}. Section: {section}. Content: {text}"
-
-
-def format_target(propositions: Sequence[str]) -> str:
-    """The generation target: a JSON list of propositions, non-ASCII kept as is."""
-    return json.dumps(list(propositions), ensure_ascii=False)
-
-
-def title_of_source(source: str) -> str:
-    """The article title inside a source string (the split key for sources without metadata)."""
-    m = _TITLE_RE.match(source)
-    return m.group(1).strip() if m else source[:100]
-
-
-def _check_propositions(value: Any, path: str | os.PathLike, line: int | None, name: str) -> list:
-    """A target given as a list of strings or a JSON string of one; anything else is located."""
-    if isinstance(value, str):
-        try:
-            value = json.loads(value)
-        except json.JSONDecodeError as e:
-            raise DataError(path, line, name, f"not a JSON list of propositions ({e.msg})") from e
-    if not isinstance(value, list) or not all(isinstance(p, str) for p in value):
-        raise DataError(path, line, name, "expected a list of proposition strings")
-    if not value:
-        raise DataError(path, line, name, "empty list of propositions")
-    return value
-
-
-def _check_unique(
-    pid: str, seen: set[str], path: Any, line: int | None, generated: bool = False
-) -> None:
-    """Pair ids must be unique: validation de-duplicates predictions by id (DDP padding)."""
-    if pid in seen:
-        how = " (the line number, used as id for a row without one)" if generated else ""
-        raise DataError(path, line, "id", f"duplicate id {pid!r}{how}")
-    seen.add(pid)
-
-
-def _pair(pid: str, title: str, source: str, propositions: list[str]) -> dict[str, Any]:
-    return {"id": pid, "title": title, "source": source, "target": format_target(propositions)}
-
-
-def load_squad_open_pairs(
-    passages_path: str | os.PathLike, propositions_path: str | os.PathLike
-) -> list[dict[str, Any]]:
-    """Join passages.jsonl and propositions.jsonl on id; a missing partner is a located error."""
-    passages: dict[str, tuple[int, dict]] = {}
-    for lineno, row in numbered_jsonl(passages_path, required=("title", "text"), nonempty=("id",)):
-        if row["id"] in passages:
-            raise DataError(passages_path, lineno, "id", f"duplicate passage id {row['id']!r}")
-        passages[row["id"]] = (lineno, row)
-    pairs, seen = [], set()
-    for lineno, row in numbered_jsonl(propositions_path, nonempty=("id",)):
-        pid = row["id"]
-        if pid not in passages:
-            raise DataError(
-                propositions_path, lineno, "id", f"no passage {pid!r} in {passages_path}"
-            )
-        if pid in seen:
-            raise DataError(propositions_path, lineno, "id", f"duplicate id {pid!r}")
-        seen.add(pid)
-        props = _check_propositions(
-            row.get("propositions"), propositions_path, lineno, "propositions"
-        )
-        _, p = passages[pid]
-        pairs.append(
-            _pair(
-                pid, p["title"], format_source(p["title"], p.get("section") or "", p["text"]), props
-            )
-        )
-    for pid, (lineno, _) in passages.items():
-        if pid not in seen:
-            raise DataError(
-                passages_path,
-                lineno,
-                "id",
-                f"passage {pid!r} has no propositions in {propositions_path}",
-            )
-    return pairs
-
-
-def load_hf_pairs(
-    dataset: Any,
-    split: str | None = "train",
-    source_field: str = "sources",
-    target_field: str = "targets",
-) -> list[dict[str, Any]]:
-    """Pairs from the released training data's format: a `datasets.Dataset` (or DatasetDict,
-    or a directory written by `save_to_disk`) with `sources` strings and JSON-string `targets`.
-
-    Errors name the dataset, the row index (as the line) and the column.
-    """
-    import datasets
-
-    where = str(dataset) if isinstance(dataset, (str, os.PathLike)) else "<datasets.Dataset>"
-    if isinstance(dataset, (str, os.PathLike)):
-        if not Path(dataset).exists():
-            raise DataError(
-                dataset, None, None, "dataset directory not found (save_to_disk format)"
-            )
-        dataset = datasets.load_from_disk(str(dataset))
-    if isinstance(dataset, datasets.DatasetDict):
-        if split not in dataset:
-            raise DataError(where, None, None, f"no split {split!r} (have {list(dataset)})")
-        dataset = dataset[split]
-    for name in (source_field, target_field):
-        if name not in dataset.column_names:
-            raise DataError(where, None, name, f"missing column (have {dataset.column_names})")
-    pairs, seen = [], set()
-    for i, row in enumerate(dataset):
-        source = row[source_field]
-        if not isinstance(source, str) or not source.strip():
-            raise DataError(where, i, source_field, "empty or not a string")
-        props = _check_propositions(row[target_field], where, i, target_field)
-        pid = str(row["id"]) if "id" in row else str(i)
-        _check_unique(pid, seen, where, i)
-        pairs.append(_pair(pid, title_of_source(source), source, props))
-    return pairs
-
-
-def load_jsonl_pairs(path: str | os.PathLike) -> list[dict[str, Any]]:
-    """Pairs from JSONL rows `{"source", "target"}` (also the released `sources`/`targets`
-    spelling) or passage-style `{"title", "section", "text", "propositions"}`. A row without
-    an `id` gets its line number; ids (given or not) must be unique."""
-    pairs, seen = [], set()
-    for lineno, row in numbered_jsonl(path):
-        pid = str(row.get("id", lineno))
-        _check_unique(pid, seen, path, lineno, generated="id" not in row)
-        if "source" in row or "sources" in row:
-            sk, tk = ("source", "target") if "source" in row else ("sources", "targets")
-            source = row[sk]
-            if not isinstance(source, str) or not source.strip():
-                raise DataError(path, lineno, sk, "empty or not a string")
-            if tk not in row:
-                raise DataError(path, lineno, tk, "missing")
-            props = _check_propositions(row[tk], path, lineno, tk)
-            title = row.get("title") or title_of_source(source)
-        elif "text" in row:
-            for name in ("title", "propositions"):
-                if name not in row:
-                    raise DataError(path, lineno, name, "missing")
-            props = _check_propositions(row["propositions"], path, lineno, "propositions")
-            title = row["title"]
-            source = format_source(title, row.get("section") or "", row["text"])
-        else:
-            raise DataError(
-                path, lineno, "source", "missing (need source/target or title/text/propositions)"
-            )
-        pairs.append(_pair(pid, title, source, props))
-    return pairs
-
-
-def _title_bucket(title: str) -> float:
-    """A fixed pseudo-random number in [0, 1) per title (SHA-1, stable across runs)."""
-    return int(hashlib.sha1(title.encode("utf-8")).hexdigest()[:12], 16) / 16**12
-
-
-def split_by_title(
-    pairs: Sequence[dict[str, Any]], val_fraction: float
-) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """Train/validation split by article: a title goes to validation iff its hash < fraction.
-
-    With a positive fraction and at least two articles, validation is never empty: if no
-    title hashes under the fraction, the title with the smallest hash is used.
-    """
-    if val_fraction <= 0:
-        return list(pairs), []
-    titles = {p["title"] for p in pairs}
-    val_titles = {t for t in titles if _title_bucket(t) < val_fraction}
-    if not val_titles and len(titles) > 1:
-        val_titles = {min(titles, key=_title_bucket)}
-    if val_titles == titles and len(titles) > 1:
-        val_titles.discard(max(titles, key=_title_bucket))
-    train = [p for p in pairs if p["title"] not in val_titles]
-    val = [p for p in pairs if p["title"] in val_titles]
-    return train, val
-
-
-class LengthGroupedSampler(DistributedSampler):
-    """Shuffled indices in which neighbours have similar lengths, so padded batches waste little;
-    with `num_replicas > 1`, this rank's share of whole batches.
-
-    As in Hugging Face's sampler: shuffle (seed + epoch), cut into mega-batches of
-    `mega_batches * batch_size * num_replicas` items, sort each by length (longest first), cut
-    into batches of `batch_size`. Ranks take whole batches in turn, so each rank's batches are
-    as well grouped as a single process's; the items left over after the last round of full
-    batches are split evenly into one final (smaller) batch per rank. Every rank yields the
-    same number of batches (`ceil(len(self) / batch_size)`), ranks are disjoint and together
-    cover every index; only when fewer items than ranks are left over are a few repeated.
-
-    A `DistributedSampler` subclass so that Lightning never wraps it in its own (shuffling)
-    distributed sampler; `set_epoch` reshuffles.
-    """
-
-    def __init__(
-        self,
-        lengths: Sequence[int],
-        batch_size: int,
-        seed: int = 0,
-        mega_batches: int = 50,
-        num_replicas: int = 1,
-        rank: int = 0,
-    ):
-        self.lengths = list(lengths)
-        super().__init__(
-            self.lengths, num_replicas=num_replicas, rank=rank, shuffle=True, seed=seed
-        )
-        self.batch_size = batch_size
-        self.mega = max(1, mega_batches) * batch_size * num_replicas
-
-    def set_epoch(self, epoch: int) -> None:
-        self.epoch = epoch
-
-    def _order(self) -> list[int]:
-        g = torch.Generator().manual_seed(self.seed + self.epoch)
-        perm = torch.randperm(len(self.lengths), generator=g).tolist()
-        order: list[int] = []
-        for start in range(0, len(perm), self.mega):
-            order += sorted(perm[start : start + self.mega], key=lambda i: -self.lengths[i])
-        return order
-
-    def _split(self, n: int) -> tuple[int, int]:
-        """(full batches per rank, items left over for the final round)."""
-        rounds = n // (self.batch_size * self.num_replicas)
-        return rounds, n - rounds * self.batch_size * self.num_replicas
-
-    def __len__(self) -> int:
-        rounds, tail = self._split(len(self.lengths))
-        if tail == 0:
-            return rounds * self.batch_size
-        tail = max(tail, self.num_replicas)
-        share = tail // self.num_replicas + (self.rank < tail % self.num_replicas)
-        return rounds * self.batch_size + share
-
-    def __iter__(self) -> Iterator[int]:
-        order = self._order()
-        if self.num_replicas == 1:
-            yield from order
-            return
-        bs, r, world = self.batch_size, self.rank, self.num_replicas
-        rounds, tail = self._split(len(order))
-        for b in range(rounds):
-            start = (b * world + r) * bs
-            yield from order[start : start + bs]
-        if tail:
-            rest = order[rounds * bs * world :]
-            rest += order[: max(0, world - len(rest))]  # fewer items than ranks: repeat a few
-            q, extra = divmod(len(rest), world)
-            start = r * q + min(r, extra)
-            yield from rest[start : start + q + (r < extra)]
+__all__ = ["PropositionDataModule"]
 
 
 class PropositionDataModule(pl.LightningDataModule):

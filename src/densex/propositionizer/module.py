@@ -8,11 +8,8 @@ the checkpoint callback selects on (``val/set_f1``, max).
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import shutil
-import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -22,8 +19,8 @@ import torch
 
 from densex.metrics.set_f1 import SetF1Result, SetF1Scorer
 from densex.propositionizer.backbone import corrupt_decoder_inputs
+from densex.propositionizer.export import export_hf
 from densex.propositionizer.parse import parse_propositions
-from densex.utils.io import mkdtemp, write_manifest
 from densex.utils.logging import get_logger
 from densex.utils.models import resolve_model
 from densex.utils.tiny_t5 import cached_tiny_t5
@@ -276,38 +273,6 @@ class PropositionizerModule(pl.LightningModule):
 
     # ---- export ------------------------------------------------------------------------------
     def export_hf(self, out_dir: str | os.PathLike, **manifest: Any) -> Path:
-        """`save_pretrained` model + tokenizer to `out_dir` (loads without densex), atomically."""
-        out = Path(out_dir)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        tmp = mkdtemp(out.parent, prefix=f".{out.name}.")
-        try:
-            self.model.save_pretrained(tmp)
-            self.tokenizer.save_pretrained(tmp)
-            n_params = sum(p.numel() for p in self.model.parameters())
-            write_manifest(
-                tmp / "manifest.json", kind="propositionizer", n_params=n_params, **manifest
-            )
-            _swap_dir(tmp, out)
-        except BaseException:
-            with contextlib.suppress(FileNotFoundError):
-                shutil.rmtree(tmp)
-            raise
-        return out
-
-
-def _swap_dir(new: Path, out: Path) -> None:
-    """Put directory `new` at `out`: the old `out` is renamed aside first and deleted only
-    after the swap, so a failure at any point leaves a complete export at `out` (the old one
-    is moved back if the swap fails)."""
-    old = None
-    if out.exists():
-        old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old.", dir=out.parent))
-        os.replace(out, old)  # onto the empty placeholder directory
-    try:
-        os.replace(new, out)
-    except BaseException:
-        if old is not None:
-            os.replace(old, out)
-        raise
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
+        """`save_pretrained` model + tokenizer to `out_dir` (loads without densex), atomically
+        (`export.export_hf`)."""
+        return export_hf(self.model, self.tokenizer, out_dir, **manifest)

@@ -1,5 +1,5 @@
-"""The propositions file both backends write (the seq2seq model in `generate.py`, the LLM
-teacher in `teacher.py`): the model input of a passage, the parse with fallbacks, and the
+"""The propositions file both backends write (the seq2seq model in `model_backend.py`, the LLM
+teacher in `teacher_backend.py`): the model input of a passage, the parse with fallbacks, and the
 `{"id", "propositions"}` JSONL + `manifest.json` beside it. Neither backend imports the other.
 """
 
@@ -11,8 +11,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from densex.propositionizer.data import format_source
-from densex.propositionizer.parse import ParseLimits, ParseStats, SentenceSplitter, resolve_output
+from densex.propositionizer.pairs import format_source
+from densex.propositionizer.parse import ParseLimits
+from densex.propositionizer.resolve import ParseStats, SentenceSplitter, resolve_output
 from densex.utils.integrity import file_record
 from densex.utils.io import write_jsonl, write_manifest
 from densex.utils.logging import get_logger
@@ -27,7 +28,7 @@ NO_SKIPS: dict[str, Any] = {"total": 0, "by_field": {}, "examples": []}
 
 def passage_source(passage: Mapping[str, Any]) -> str:
     """The model input for a passage, `Title: {title}. Section: {section}. Content: {text}`:
-    the same string as the training pairs (`data.format_source`), so a fine-tuned checkpoint
+    the same string as the training pairs (`pairs.format_source`), so a fine-tuned checkpoint
     sees at inference exactly what it was trained on."""
     return format_source(passage.get("title") or "", passage.get("section") or "", passage["text"])
 

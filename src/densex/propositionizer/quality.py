@@ -1,11 +1,11 @@
 """What a quality report needs to know about a propositionizer's output, beyond the text.
 
 - `split_passage_ids`: the passages of the training split's train or validation articles,
-  by the very rule `PropositionDataModule` splits its pairs with (`data.split_by_title`: a
+  by the very rule `PropositionDataModule` splits its pairs with (`pairs.split_by_title`: a
   fixed hash of the title), so a report can run on exactly the passages a model never saw.
 - `parse_outcomes`: per passage, how its propositions were obtained (strict JSON, repaired,
   or a fallback) and whether generation hit `max_new_tokens`, recovered from the generation
-  manifest beside a propositions file and the raw outputs in its shards (`generate.py`).
+  manifest beside a propositions file and the raw outputs in its shards (`model_backend.py`).
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from densex.propositionizer.data import split_by_title
 from densex.propositionizer.output import manifest_path
+from densex.propositionizer.pairs import split_by_title
 from densex.propositionizer.parse import parse_propositions
 from densex.utils.io import DataError, read_json, read_jsonl
 from densex.utils.logging import get_logger
@@ -58,7 +58,7 @@ def split_passage_ids(
 
 
 def read_generation_manifest(propositions_path: str | os.PathLike) -> dict[str, Any] | None:
-    """The manifest `generate.py` wrote beside a propositions file, or None (a plain file)."""
+    """The manifest `generate_propositions` wrote beside a propositions file, or None (a plain file)."""
     path = manifest_path(propositions_path)
     if not path.exists():
         return None

@@ -1,7 +1,13 @@
-"""Distillation data from an LLM teacher behind any OpenAI-compatible chat API (the paper's
-GPT-4 with its Figure 8 prompt): cached, retried replies written as the standard propositions
-file. Cache key, endpoint naming, retry policy and key handling: docs/architecture.md,
-"Design notes: the LLM teacher".
+"""An LLM teacher behind any OpenAI-compatible chat API (the paper's GPT-4 with its Figure 8
+prompt): `Teacher` asks about one passage at a time, caches every good reply on disk and retries
+rate limits, server errors and bad replies. The distillation run that writes the propositions
+file is `teacher_backend.py`. Cache key, endpoint naming, retry policy and key handling:
+docs/architecture.md, "Design notes: the LLM teacher".
+
+Why this module is long: `Teacher` is one class whose client, cache, retry and counting
+methods share the same state (the lazily built client and its key, the lock, the request
+counters, the back-off generator and the settings that make up the cache key); split across
+modules, each part would reach into the others' private state.
 """
 
 from __future__ import annotations
@@ -9,14 +15,11 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import hashlib
-import inspect
 import json
 import os
 import random
-import re
 import threading
 import time
-from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
@@ -24,10 +27,9 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-from densex.propositionizer.output import NO_SKIPS, passage_source, write_propositions
+from densex.propositionizer.output import passage_source
 from densex.propositionizer.parse import ParseLimits, parse_propositions
-from densex.utils.cache import hash_file
-from densex.utils.config import from_config
+from densex.propositionizer.prompt import default_prompt_path, fill_prompt, load_template
 from densex.utils.integrity import remove_orphans
 from densex.utils.io import DataError, read_json, write_json
 from densex.utils.logging import get_logger
@@ -35,9 +37,8 @@ from densex.utils.secrets import redact_text, secret_values
 
 log = get_logger(__name__)
 
-__all__ = ["Teacher", "TeacherError", "TeacherReply", "fill_prompt", "generate_with_teacher"]
+__all__ = ["Teacher", "TeacherError", "TeacherReply", "endpoint_id", "redact_url"]
 
-_SLOT = re.compile(r"\{(title|section|text)\}")
 _RETRY_STATUS = {408, 409, 429}
 # finish reasons of a complete (cacheable) reply: OpenAI's stop/length and TGI's synonyms
 OK_FINISH_REASONS = ("stop", "length", "eos_token", "stop_sequence")
@@ -48,37 +49,7 @@ class TeacherError(RuntimeError):
     """The API refused or kept failing after all retries."""
 
 
-def default_prompt_path() -> Path:
-    """`conf/prompts/figure8.txt` of this checkout (the paper's Figure 8, verbatim)."""
-    root = os.environ.get("PROJECT_ROOT") or Path(__file__).resolve().parents[3]
-    return Path(root) / "conf" / "prompts" / "figure8.txt"
-
-
-def load_template(path: str | os.PathLike) -> str:
-    """The prompt template, without the file's final newline; it must have all three slots."""
-    path = Path(path)
-    if not path.exists():
-        raise DataError(path, None, None, "prompt template not found")
-    text = path.read_text(encoding="utf-8")
-    text = text[:-1] if text.endswith("\n") else text
-    missing = {"title", "section", "text"} - set(_SLOT.findall(text))
-    if missing:
-        raise DataError(path, None, None, f"prompt template lacks slots {sorted(missing)}")
-    return text
-
-
-def fill_prompt(template: str, passage: Mapping[str, Any]) -> str:
-    """Fill `{title}`, `{section}`, `{text}` in one pass; other braces (the example's JSON)
-    and braces inside the passage are left exactly as they are."""
-    values = {
-        "title": passage.get("title") or "",
-        "section": passage.get("section") or "",
-        "text": passage["text"],
-    }
-    return _SLOT.sub(lambda m: values[m.group(1)], template)
-
-
-def _redact_url(url: str | None) -> str | None:
+def redact_url(url: str | None) -> str | None:
     """Drop user:password@ and the query string from a URL before it is written anywhere."""
     if not url:
         return url
@@ -94,11 +65,14 @@ def endpoint_id(base_url: str | None) -> str:
     no query, no trailing slash); None is what the openai client then uses (`OPENAI_BASE_URL`,
     else the OpenAI API)."""
     url = base_url or os.environ.get("OPENAI_BASE_URL") or OPENAI_BASE_URL
-    return (_redact_url(url) or "").rstrip("/")
+    return (redact_url(url) or "").rstrip("/")
 
 
 @dataclass(frozen=True)
 class TeacherReply:
+    """One passage's reply: its text, token usage, finish reason, whether it came from the
+    cache, and why it is unusable (`bad`; such a reply is never cached)."""
+
     content: str
     prompt_tokens: int = 0
     completion_tokens: int = 0
@@ -198,6 +172,8 @@ class Teacher:
         return {"temperature": self.temperature, "max_tokens": self.max_tokens}
 
     def cache_key(self, source: str) -> str:
+        """The cache key of `source`'s reply: SHA-256 over the endpoint namespace, the model, the
+        template's hash, `generation` and the source itself."""
         blob = json.dumps(
             [self.namespace, self.model, self.template_sha256, self.generation, source],
             ensure_ascii=False,
@@ -293,7 +269,7 @@ class Teacher:
         raise TeacherError(f"{message}: {text}") from cause
 
     def _complete(self, prompt: str) -> TeacherReply:
-        import openai
+        import openai  # the optional `llm` extra; `client()` has already said how to install it
 
         for attempt in range(self.max_retries + 1):
             with self._lock:
@@ -385,110 +361,5 @@ class Teacher:
         return out  # type: ignore[return-value]
 
     def cost(self, prompt_tokens: int, completion_tokens: int) -> float:
+        """US dollars for these token counts at the configured per-million prices."""
         return (prompt_tokens * self.prices[0] + completion_tokens * self.prices[1]) / 1e6
-
-
-@dataclass(frozen=True)
-class TeacherSettings:
-    """`conf/propositionizer/teacher.yaml` beyond the `Teacher` arguments: prices, fallback."""
-
-    prices: Mapping[str, float] | None = None
-    fallback: str = "sentences"
-    spacy_model: str = "en_core_web_lg"
-
-
-# config key -> `Teacher` argument where the names differ
-_TEACHER_ARGS = {"prompt": "prompt_path"}
-_NOT_FROM_CONFIG = {"model", "sleep", "limits", "price_prompt_per_1m", "price_completion_per_1m"}
-
-
-def teacher_from_config(
-    cfg: Mapping[str, Any] | Any, default_cache_dir: str | os.PathLike
-) -> Teacher:
-    """A `Teacher` from a propositionizer config: its non-null keys that name `Teacher`
-    arguments (`prompt` for `prompt_path`, `prices.*_per_1m`), defaults from `Teacher` itself;
-    `cache_dir` falls back to `default_cache_dir`."""
-    if cfg.get("model") is None:
-        raise ValueError("propositionizer.model (the teacher's model name) is required")
-    kwargs: dict[str, Any] = {"cache_dir": default_cache_dir}
-    for name in inspect.signature(Teacher).parameters:
-        key = next((k for k, v in _TEACHER_ARGS.items() if v == name), name)
-        if name not in _NOT_FROM_CONFIG and cfg.get(key) is not None:
-            kwargs[name] = cfg.get(key)
-    if "api_key_env" in cfg:  # an explicit null means: no key (a local server)
-        kwargs["api_key_env"] = cfg.get("api_key_env")
-    prices = from_config(TeacherSettings, cfg).prices or {}
-    return Teacher(
-        **kwargs,
-        model=str(cfg.get("model")),
-        price_prompt_per_1m=float(prices.get("prompt_per_1m", 0.0) or 0.0),
-        price_completion_per_1m=float(prices.get("completion_per_1m", 0.0) or 0.0),
-        limits=ParseLimits.from_cfg(cfg),
-    )
-
-
-def generate_with_teacher(
-    passages: Sequence[Mapping[str, Any]],
-    passages_path: str | os.PathLike,
-    cfg: Any,
-    out_path: str | os.PathLike,
-    skipped: Mapping[str, Any] | None = None,
-) -> Path:
-    """Ask the teacher about every passage and write the standard propositions file + manifest
-    (`skipped`: the passage reader's `Skips.summary()`, recorded as is)."""
-    out_path = Path(out_path)
-    teacher = teacher_from_config(cfg, default_cache_dir=out_path.parent / "teacher_cache")
-    opts = from_config(TeacherSettings, cfg)
-    t0 = time.perf_counter()
-    replies = teacher.replies(passages)
-    seconds = time.perf_counter() - t0
-    new = [r for r in replies if not r.cached]
-    new_p, new_c = sum(r.prompt_tokens for r in new), sum(r.completion_tokens for r in new)
-    all_p, all_c = sum(r.prompt_tokens for r in replies), sum(r.completion_tokens for r in replies)
-    write_propositions(
-        passages,
-        [r.content if r.bad is None else None for r in replies],  # bad: the fallback
-        out_path,
-        fallback=opts.fallback,
-        spacy_model=opts.spacy_model,
-        limits=teacher.limits,
-        type="teacher",
-        model=teacher.model,
-        base_url=_redact_url(teacher.base_url),
-        cache_namespace=teacher.namespace,
-        api_key_env=teacher.api_key_env,
-        prompt={"path": str(teacher.prompt_path), "sha256": teacher.template_sha256},
-        settings={
-            "temperature": teacher.temperature,
-            "max_tokens": teacher.max_tokens,
-            "max_concurrency": teacher.max_concurrency,
-            "max_retries": teacher.max_retries,
-        },
-        passages_file=str(passages_path),
-        passages_sha256=hash_file(passages_path),
-        cache_dir=str(teacher.cache_dir),
-        requests=dict(teacher.counts),
-        hit_max_tokens=sum(r.finish_reason == "length" for r in replies),
-        bad_replies={
-            "final": sum(r.bad is not None for r in replies),
-            "reasons": dict(Counter(r.bad for r in replies if r.bad is not None)),
-        },
-        skipped=dict(skipped or NO_SKIPS),
-        tokens={"prompt": new_p, "completion": new_c},
-        cost_usd=round(teacher.cost(new_p, new_c), 6),
-        tokens_including_cache={"prompt": all_p, "completion": all_c},
-        cost_usd_including_cache=round(teacher.cost(all_p, all_c), 6),
-        prices_per_1m={"prompt": teacher.prices[0], "completion": teacher.prices[1]},
-        seconds=round(seconds, 3),
-    )
-    log.info(
-        "teacher %s: %d API replies, %d cache hits, %d retries; %d+%d tokens, $%.4f",
-        teacher.model,
-        teacher.counts["api_replies"],
-        teacher.counts["cache_hits"],
-        teacher.counts["retries"],
-        new_p,
-        new_c,
-        teacher.cost(new_p, new_c),
-    )
-    return out_path

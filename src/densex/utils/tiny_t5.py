@@ -6,6 +6,7 @@ never touches the hub. Building it takes under a second.
 
 from __future__ import annotations
 
+import hashlib
 import io
 import os
 from collections.abc import Iterable
@@ -38,35 +39,12 @@ def build_tiny_t5(
     The tokenizer is loaded back with `from_pretrained(dir)` (transformers 5 ignores
     `T5Tokenizer(vocab_file=...)`), with `model_max_length` set explicitly.
     """
-    import sentencepiece as spm
-    import torch
-    from transformers import T5Config, T5ForConditionalGeneration, T5Tokenizer
+    import torch  # lazy, like transformers: only a build needs it
+    from transformers import T5Config, T5ForConditionalGeneration  # lazy: seconds to import
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    corpus = [t for t in texts if t and t.strip()] or []
-    corpus = corpus + [_DEFAULT_TEXT] * 3
-    model_buf = io.BytesIO()
-    spm.SentencePieceTrainer.train(
-        sentence_iterator=iter(corpus),
-        model_writer=model_buf,
-        vocab_size=vocab_size,
-        model_type="unigram",
-        character_coverage=1.0,
-        byte_fallback=True,
-        pad_id=0,
-        eos_id=1,
-        unk_id=2,
-        bos_id=-1,
-        hard_vocab_limit=False,
-        minloglevel=2,
-        num_threads=1,
-    )
-    (out / "spiece.model").write_bytes(model_buf.getvalue())
-    tok = T5Tokenizer.from_pretrained(
-        str(out), model_max_length=model_max_length, extra_ids=0, legacy=False
-    )
-    tok.save_pretrained(str(out))
+    tok = _train_tokenizer(out, texts, vocab_size, model_max_length)
     config = T5Config(
         vocab_size=len(tok),
         d_model=d_model,
@@ -90,6 +68,38 @@ def build_tiny_t5(
     return out
 
 
+def _train_tokenizer(out: Path, texts: Iterable[str], vocab_size: int, model_max_length: int):
+    """A unigram sentencepiece vocabulary trained on `texts` (plus a fixed sample), written to
+    `out` as a T5 tokenizer; the tokenizer loaded back from there."""
+    import sentencepiece as spm  # lazy: only a build needs it
+    from transformers import T5Tokenizer  # lazy: seconds to import
+
+    corpus = [t for t in texts if t and t.strip()] or []
+    corpus = corpus + [_DEFAULT_TEXT] * 3
+    model_buf = io.BytesIO()
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter(corpus),
+        model_writer=model_buf,
+        vocab_size=vocab_size,
+        model_type="unigram",
+        character_coverage=1.0,
+        byte_fallback=True,
+        pad_id=0,
+        eos_id=1,
+        unk_id=2,
+        bos_id=-1,
+        hard_vocab_limit=False,
+        minloglevel=2,
+        num_threads=1,
+    )
+    (out / "spiece.model").write_bytes(model_buf.getvalue())
+    tok = T5Tokenizer.from_pretrained(
+        str(out), model_max_length=model_max_length, extra_ids=0, legacy=False
+    )
+    tok.save_pretrained(str(out))
+    return tok
+
+
 def ensure_tiny_t5(
     out_dir: str | os.PathLike,
     texts: Iterable[str] = (),
@@ -106,8 +116,6 @@ def ensure_tiny_t5(
 def cached_tiny_t5(cache_dir: str | os.PathLike, texts: Iterable[str] = (), **spec) -> Path:
     """A tiny T5 in `<cache_dir>/tiny_t5/<key>`, keyed by the texts' hash and the build spec
     (`ensure_tiny_t5`: built once, atomically, with a manifest)."""
-    import hashlib
-
     texts = list(texts)
     h = hashlib.sha256("\n".join(texts).encode("utf-8")).hexdigest()
     out = artifact_dir(cache_dir, "tiny_t5", key=content_key(texts=h, **spec))

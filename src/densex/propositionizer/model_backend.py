@@ -1,0 +1,205 @@
+"""The model backend: propositionize passages with a seq2seq checkpoint (`generator.py`:
+Lightning `Trainer.predict`) over resumable shards keyed by the model, the passages and the
+settings, then merge them into the standard propositions file (`output.write_propositions`).
+Shards, dtype and fingerprint rules: docs/architecture.md, "Design notes: generation".
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytorch_lightning as pl
+
+from densex.propositionizer.fingerprint import effective_dtype, model_fingerprint
+from densex.propositionizer.generator import (
+    SHARD_NAME,
+    PropositionGenerator,
+    PropositionShardWriter,
+)
+from densex.propositionizer.output import NO_SKIPS, passage_source, write_propositions
+from densex.propositionizer.parse import ParseLimits
+from densex.propositionizer.settings import ModelSettings
+from densex.utils.cache import content_key, hash_file
+from densex.utils.config import from_config
+from densex.utils.integrity import remove_orphans
+from densex.utils.io import DataError, read_jsonl
+from densex.utils.logging import get_logger
+from densex.utils.models import resolve_model
+from densex.utils.shards import pending as shards_pending
+from densex.utils.shards import plan_shards
+from densex.utils.trainer import predict_trainer
+
+log = get_logger(__name__)
+
+__all__ = ["generate_with_model"]
+
+
+def _read_shard(path: Path, ids: Sequence[str]) -> list[dict[str, Any]] | None:
+    """The rows of a complete shard for exactly `ids`, or None (missing or stale)."""
+    if not path.exists():
+        return None
+    try:
+        rows = list(read_jsonl(path, required=("id", "raw")))
+    except DataError as e:
+        log.warning("ignoring unreadable shard %s: %s", path, e)
+        return None
+    if [r["id"] for r in rows] != list(ids):
+        log.warning("ignoring shard %s: its ids do not match the passages", path)
+        return None
+    return rows
+
+
+def _generation_settings(opts: ModelSettings, trainer_cfg: Any) -> dict[str, Any]:
+    """The PropositionGenerator keyword arguments, with the dtype actually used (never the
+    trainer's precision: see docs/architecture.md, "Propositionizer dtype")."""
+    return {
+        "batch_size": opts.batch_size,
+        "max_source_length": opts.max_source_length,
+        "max_new_tokens": opts.max_new_tokens,
+        "num_beams": opts.num_beams,
+        "dtype": effective_dtype(opts.dtype, trainer_cfg),
+    }
+
+
+def _plan_shards(passages: Sequence[Mapping[str, Any]], shard_size: int) -> list[dict[str, Any]]:
+    """Consecutive shards of `shard_size` passages: `{"shard", "ids", "sources"}`."""
+    return [
+        {
+            "shard": k,
+            "ids": [p["id"] for p in passages[s:e]],
+            "sources": [passage_source(p) for p in passages[s:e]],
+        }
+        for k, (s, e) in enumerate(plan_shards(len(passages), shard_size))
+    ]
+
+
+def _run_pending(
+    model: str,
+    pending: list[dict[str, Any]],
+    settings: Mapping[str, Any],
+    shard_dir: Path,
+    trainer_cfg: Any,
+) -> pl.Trainer:
+    """Generate the `pending` shards with `Trainer.predict`; the trainer, after every rank's
+    shards are on disk (under ddp every rank runs this; rank 0 merges)."""
+    module = PropositionGenerator(model, pending, **settings)
+    # 32-true: the weights' own dtype decides; the trainer's `precision: auto` would
+    # otherwise wrap predict_step in bf16 autocast behind the manifest's back
+    trainer = predict_trainer(
+        trainer_cfg, callbacks=[PropositionShardWriter(shard_dir)], precision="32-true"
+    )
+    trainer.predict(module, return_predictions=False)
+    trainer.strategy.barrier("propositions-shards")  # every rank's shards are on disk
+    return trainer
+
+
+def _collect_shards(shards: Sequence[Mapping[str, Any]], shard_dir: Path) -> tuple[list[str], int]:
+    """Every passage's raw output in passage order, and how many hit `max_new_tokens`."""
+    raws: list[str] = []
+    cut = 0
+    for s in shards:
+        rows = _read_shard(shard_dir / SHARD_NAME.format(s["shard"]), s["ids"])
+        if rows is None:
+            raise RuntimeError(f"shard {s['shard']} missing after generation in {shard_dir}")
+        raws += [r["raw"] for r in rows]
+        cut += sum(bool(r.get("cut")) for r in rows)
+    return raws, cut
+
+
+def generate_with_model(
+    passages: list[dict[str, Any]],
+    passages_path: Path,
+    cfg: Mapping[str, Any] | Any,
+    out_path: Path,
+    trainer_cfg: Any,
+    skipped: Mapping[str, Any] | None = None,
+) -> Path:
+    """The model backend: resumable shards keyed by model, passages and settings, then merge
+    into `out_path` (under ddp every rank calls this; rank 0 writes, the others wait)."""
+    opts = from_config(ModelSettings, cfg)
+    model = resolve_model(opts.model)
+    settings = _generation_settings(opts, trainer_cfg)
+    if opts.shard_size < 1:
+        raise ValueError(f"shard_size must be >= 1, got {opts.shard_size}")
+    passages_sha = hash_file(passages_path)
+    fingerprint = model_fingerprint(model)
+    shard_dir = out_path.parent / "shards" / _shards_key(fingerprint, passages_sha, opts, settings)
+    remove_orphans(shard_dir)  # temp files of a killed earlier run
+    shards = _plan_shards(passages, opts.shard_size)
+    pending = shards_pending(
+        shards,
+        lambda s: _read_shard(shard_dir / SHARD_NAME.format(s["shard"]), s["ids"]) is not None,
+    )
+    log.info(
+        "propositionizer %s: %d passages in %d shards, %d to generate (%s)",
+        *(model, len(passages), len(shards), len(pending), shard_dir),
+    )
+    t0 = time.perf_counter()
+    trainer = _run_pending(model, pending, settings, shard_dir, trainer_cfg) if pending else None
+    if trainer is not None and not trainer.is_global_zero:  # ddp (not spawn): rank 0 merges
+        trainer.strategy.barrier("propositions-merged")  # ... and the others wait for it
+        return out_path
+    seconds = time.perf_counter() - t0
+    raws, cut = _collect_shards(shards, shard_dir)
+    write_propositions(
+        passages,
+        raws,
+        out_path,
+        fallback=opts.fallback,
+        spacy_model=opts.spacy_model,
+        limits=ParseLimits.from_cfg(cfg),
+        type="model",
+        model=model,
+        model_commit=fingerprint.get("commit"),
+        settings=_settings_record(settings, opts),
+        passages_file=str(passages_path),
+        passages_sha256=passages_sha,
+        shards=_shards_record(shard_dir, len(shards), len(pending)),
+        hit_max_new_tokens=cut,
+        skipped=dict(skipped or NO_SKIPS),
+        generation_seconds=round(seconds, 3),
+    )
+    if trainer is not None:
+        trainer.strategy.barrier("propositions-merged")  # the other ranks may read it now
+    return out_path
+
+
+def _shards_key(
+    fingerprint: Mapping[str, Any],
+    passages_sha: str,
+    opts: ModelSettings,
+    settings: Mapping[str, Any],
+) -> str:
+    """The shard directory's key: model, passages, shard size and the generation settings.
+    batch_size and dtype do not change greedy outputs in principle, but bf16 vs fp32 can flip
+    near-ties; keep dtype in the key, leave batch_size out so a resume may change it."""
+    return content_key(
+        model=fingerprint,
+        passages=passages_sha,
+        shard_size=opts.shard_size,
+        **{k: v for k, v in settings.items() if k != "batch_size"},
+    )
+
+
+def _settings_record(settings: Mapping[str, Any], opts: ModelSettings) -> dict[str, Any]:
+    """The manifest's `settings`: the generation settings, the dtype asked for, the shard size
+    and the decoding."""
+    return {
+        **settings,
+        "dtype_requested": opts.dtype,
+        "shard_size": opts.shard_size,
+        "decoding": "greedy" if opts.num_beams == 1 else "beam",
+    }
+
+
+def _shards_record(shard_dir: Path, total: int, generated: int) -> dict[str, Any]:
+    """The manifest's `shards`: where they are, how many, how many this run generated."""
+    return {
+        "dir": str(shard_dir),
+        "total": total,
+        "generated": generated,
+        "reused": total - generated,
+    }

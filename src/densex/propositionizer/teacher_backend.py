@@ -1,0 +1,144 @@
+"""The teacher backend: distil a passages file through an LLM teacher (`teacher.Teacher`) into
+the standard propositions file and its manifest (`output.write_propositions`), with the run's
+token usage, cost and reply counts.
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+import time
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from densex.propositionizer.output import NO_SKIPS, write_propositions
+from densex.propositionizer.parse import ParseLimits
+from densex.propositionizer.settings import TeacherSettings
+from densex.propositionizer.teacher import Teacher, TeacherReply, redact_url
+from densex.utils.cache import hash_file
+from densex.utils.config import from_config
+from densex.utils.logging import get_logger
+
+log = get_logger(__name__)
+
+__all__ = ["generate_with_teacher", "teacher_from_config"]
+
+# config key -> `Teacher` argument where the names differ
+_TEACHER_ARGS = {"prompt": "prompt_path"}
+_NOT_FROM_CONFIG = {"model", "sleep", "limits", "price_prompt_per_1m", "price_completion_per_1m"}
+
+
+def teacher_from_config(
+    cfg: Mapping[str, Any] | Any, default_cache_dir: str | os.PathLike
+) -> Teacher:
+    """A `Teacher` from a propositionizer config: its non-null keys that name `Teacher`
+    arguments (`prompt` for `prompt_path`, `prices.*_per_1m`), defaults from `Teacher` itself;
+    `cache_dir` falls back to `default_cache_dir`."""
+    if cfg.get("model") is None:
+        raise ValueError("propositionizer.model (the teacher's model name) is required")
+    kwargs: dict[str, Any] = {"cache_dir": default_cache_dir}
+    for name in inspect.signature(Teacher).parameters:
+        key = next((k for k, v in _TEACHER_ARGS.items() if v == name), name)
+        if name not in _NOT_FROM_CONFIG and cfg.get(key) is not None:
+            kwargs[name] = cfg.get(key)
+    if "api_key_env" in cfg:  # an explicit null means: no key (a local server)
+        kwargs["api_key_env"] = cfg.get("api_key_env")
+    prices = from_config(TeacherSettings, cfg).prices or {}
+    return Teacher(
+        **kwargs,
+        model=str(cfg.get("model")),
+        price_prompt_per_1m=float(prices.get("prompt_per_1m", 0.0) or 0.0),
+        price_completion_per_1m=float(prices.get("completion_per_1m", 0.0) or 0.0),
+        limits=ParseLimits.from_cfg(cfg),
+    )
+
+
+def generate_with_teacher(
+    passages: Sequence[Mapping[str, Any]],
+    passages_path: str | os.PathLike,
+    cfg: Any,
+    out_path: str | os.PathLike,
+    skipped: Mapping[str, Any] | None = None,
+) -> Path:
+    """Ask the teacher about every passage and write the standard propositions file + manifest
+    (`skipped`: the passage reader's `Skips.summary()`, recorded as is)."""
+    out_path = Path(out_path)
+    teacher = teacher_from_config(cfg, default_cache_dir=out_path.parent / "teacher_cache")
+    opts = from_config(TeacherSettings, cfg)
+    t0 = time.perf_counter()
+    replies = teacher.replies(passages)
+    seconds = time.perf_counter() - t0
+    write_propositions(
+        passages,
+        [r.content if r.bad is None else None for r in replies],  # bad: the fallback
+        out_path,
+        fallback=opts.fallback,
+        spacy_model=opts.spacy_model,
+        limits=teacher.limits,
+        **_manifest(teacher, replies, passages_path, skipped, seconds),
+    )
+    new_p, new_c = _tokens(r for r in replies if not r.cached)
+    log.info(
+        "teacher %s: %d API replies, %d cache hits, %d retries; %d+%d tokens, $%.4f",
+        teacher.model,
+        teacher.counts["api_replies"],
+        teacher.counts["cache_hits"],
+        teacher.counts["retries"],
+        new_p,
+        new_c,
+        teacher.cost(new_p, new_c),
+    )
+    return out_path
+
+
+def _tokens(replies: Iterable[TeacherReply]) -> tuple[int, int]:
+    """(prompt, completion) tokens summed over `replies`."""
+    p = c = 0
+    for r in replies:
+        p, c = p + r.prompt_tokens, c + r.completion_tokens
+    return p, c
+
+
+def _manifest(
+    teacher: Teacher,
+    replies: Sequence[TeacherReply],
+    passages_path: str | os.PathLike,
+    skipped: Mapping[str, Any] | None,
+    seconds: float,
+) -> dict[str, Any]:
+    """The teacher run's manifest fields: settings, inputs, request counts, tokens and cost
+    (this run's API replies, and including cache hits)."""
+    new_p, new_c = _tokens(r for r in replies if not r.cached)
+    all_p, all_c = _tokens(replies)
+    return {
+        "type": "teacher",
+        "model": teacher.model,
+        "base_url": redact_url(teacher.base_url),
+        "cache_namespace": teacher.namespace,
+        "api_key_env": teacher.api_key_env,
+        "prompt": {"path": str(teacher.prompt_path), "sha256": teacher.template_sha256},
+        "settings": {
+            "temperature": teacher.temperature,
+            "max_tokens": teacher.max_tokens,
+            "max_concurrency": teacher.max_concurrency,
+            "max_retries": teacher.max_retries,
+        },
+        "passages_file": str(passages_path),
+        "passages_sha256": hash_file(passages_path),
+        "cache_dir": str(teacher.cache_dir),
+        "requests": dict(teacher.counts),
+        "hit_max_tokens": sum(r.finish_reason == "length" for r in replies),
+        "bad_replies": {
+            "final": sum(r.bad is not None for r in replies),
+            "reasons": dict(Counter(r.bad for r in replies if r.bad is not None)),
+        },
+        "skipped": dict(skipped or NO_SKIPS),
+        "tokens": {"prompt": new_p, "completion": new_c},
+        "cost_usd": round(teacher.cost(new_p, new_c), 6),
+        "tokens_including_cache": {"prompt": all_p, "completion": all_c},
+        "cost_usd_including_cache": round(teacher.cost(all_p, all_c), 6),
+        "prices_per_1m": {"prompt": teacher.prices[0], "completion": teacher.prices[1]},
+        "seconds": round(seconds, 3),
+    }
