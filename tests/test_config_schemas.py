@@ -11,6 +11,13 @@ from tests.helpers.config import CONF_DIR, compose_config
 
 from densex.pipelines.schemas import SCHEMAS
 
+
+def schema_of(group: str, name: str) -> type:
+    """The dataclass a group file is composed onto (following `defaults` to its schema)."""
+    first = OmegaConf.load(CONF_DIR / group / f"{name}.yaml").defaults[0]
+    return SCHEMAS.get((group, first)) or schema_of(group, first)
+
+
 GROUP_OPTIONS = [
     (group, path.stem)
     for group in sorted({g for g, _ in SCHEMAS})
@@ -22,10 +29,12 @@ GROUP_OPTIONS = [
 def test_every_option_composes_to_its_typed_object(group: str, name: str) -> None:
     node = compose_config("evaluate", f"{group}={name}")[group]
     # the schema the file names in its defaults is the object it becomes
-    schema = SCHEMAS[(group, OmegaConf.load(CONF_DIR / group / f"{name}.yaml").defaults[0])]
+    schema = schema_of(group, name)
     assert OmegaConf.get_type(node) is schema
-    if group == "corpus" and name == "beir":
-        return  # needs corpus.dir (MISSING by design: the user names the BEIR folder)
+    if (group, name) == ("corpus", "beir"):  # the user names the BEIR folder
+        with pytest.raises(ValueError, match="corpus.dir"):
+            OmegaConf.to_object(node)
+        return
     obj = OmegaConf.to_object(node)
     assert isinstance(obj, schema)
     assert getattr(obj, "name", name) == name
@@ -38,7 +47,7 @@ def test_group_files_state_only_what_differs_from_the_schema() -> None:
     restated = []
     for group, name in GROUP_OPTIONS:
         raw = OmegaConf.load(CONF_DIR / group / f"{name}.yaml")
-        schema = SCHEMAS[(group, raw.defaults[0])]
+        schema = schema_of(group, name)
         for f in dataclasses.fields(schema):
             if f.default is dataclasses.MISSING or f.name == "name" or f.name not in raw:
                 continue

@@ -70,6 +70,8 @@ class CorpusSpec:
             on_error=(self.on_error, ON_ERROR),
             documents_format=(self.documents_format, DOCUMENT_FORMATS),
         )
+        if self.passages_format == "beir" and not self.dir:
+            raise ValueError(f"corpus {self.name!r}: set corpus.dir to the BEIR dataset folder")
         unknown = sorted(set(self.granularities) - set(GRANULARITIES))
         if unknown:
             raise ValueError(

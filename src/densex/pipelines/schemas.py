@@ -19,6 +19,7 @@ from densex.pipelines.specs import (
     PropositionsTaskSpec,
     RetrievalTaskSpec,
 )
+from densex.propositionizer.settings import ModelSettings, PropositionizerSettings, TeacherSettings
 from densex.retrieval.spec import BM25Spec, IndexSpec, RetrieverSpec
 from densex.utils.integrity import CacheSpec
 
@@ -32,6 +33,9 @@ SCHEMAS: dict[tuple[str, str], type] = {
     ("cache", "schema"): CacheSpec,
     ("granularity", "schema"): GranularitySpec,
     ("fusion", "schema"): FusionSpec,
+    ("propositionizer", "schema_file"): PropositionizerSettings,
+    ("propositionizer", "schema_model"): ModelSettings,
+    ("propositionizer", "schema_teacher"): TeacherSettings,
     ("task", "schema_retrieval"): RetrievalTaskSpec,
     ("task", "schema_propositions"): PropositionsTaskSpec,
 }

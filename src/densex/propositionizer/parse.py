@@ -18,7 +18,7 @@ from densex.propositionizer.repair import recover_list
 __all__ = ["ParseLimits", "ParseResult", "nesting_depth", "parse_propositions"]
 
 
-@dataclass(frozen=True)
+@dataclass
 class ParseLimits:
     """Caps on untrusted output (a teacher's reply, a model's generation); config values.
 

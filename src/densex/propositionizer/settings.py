@@ -1,44 +1,77 @@
-"""Typed views of the `conf/propositionizer` groups (read with `utils.config.from_config`).
+"""What the `propositionizer` config group says, as typed dataclasses (its schemas).
 
-Each class states its keys' defaults as in the YAML files: what every backend shares, the
-seq2seq model backend's options, and the LLM teacher's options beyond the `Teacher` arguments.
+Hydra composes `conf/propositionizer/{file,model,teacher}.yaml` onto these
+(`pipelines/schemas.py`), so each default is stated here once and a file names only what
+differs. Every backend shares `PropositionizerSettings` (which includes the caps on untrusted
+output, `parse.ParseLimits`); the seq2seq model and the LLM teacher add their own options.
+The teacher's defaults are `Teacher`'s own (`tests/test_teacher.py` checks they agree).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+from densex.propositionizer.parse import ParseLimits
 
 __all__ = ["ModelSettings", "PropositionizerSettings", "TeacherSettings"]
 
 
-@dataclass(frozen=True)
-class PropositionizerSettings:
-    """What every `conf/propositionizer` backend shares (defaults as in its YAML files)."""
+@dataclass
+class PropositionizerSettings(ParseLimits):
+    """What every backend shares: the backend (`type`: file | model | teacher), what replaces
+    an output that cannot be parsed, the policy for bad passage rows, the sentencizer of the
+    `sentences` fallback, and the `ParseLimits` caps (inherited fields)."""
 
-    type: str = "model"
-    fallback: str = "sentences"
-    on_error: str = "raise"
-    spacy_model: str = "en_core_web_lg"
+    name: str = "model"
+    type: str = "model"  # file (propositions given) | model | teacher
+    fallback: str = "sentences"  # sentences | passage | empty
+    on_error: str = "raise"  # bad passage rows: raise | skip (counted in the manifest)
+    spacy_model: str | None = "en_core_web_lg"  # rule-based sentencizer when not installed
 
 
-@dataclass(frozen=True)
+@dataclass
 class ModelSettings(PropositionizerSettings):
-    """The seq2seq backend's options (`conf/propositionizer/model.yaml`)."""
+    """The seq2seq backend (`conf/propositionizer/model.yaml`): greedy decoding, as the released
+    model's card; `dtype: auto` is bfloat16 on a bf16 GPU, float32 otherwise."""
 
-    model: str = ""
+    model: str | None = None  # a hub id, a save_pretrained directory or a train.py export
     dtype: str = "auto"
     batch_size: int = 8
     max_source_length: int = 512
     max_new_tokens: int = 512
     num_beams: int = 1
-    shard_size: int = 256
+    shard_size: int = 256  # passages per resumable shard
 
 
-@dataclass(frozen=True)
-class TeacherSettings:
-    """`conf/propositionizer/teacher.yaml` beyond the `Teacher` arguments: prices, fallback."""
+@dataclass
+class TeacherSettings(PropositionizerSettings):
+    """The LLM teacher (`conf/propositionizer/teacher.yaml`): `Teacher`'s arguments (`prompt` is
+    its `prompt_path`; null `cache_dir`: beside the output) plus the prices per 1M tokens."""
 
-    prices: Mapping[str, float] | None = None
-    fallback: str = "sentences"
-    spacy_model: str = "en_core_web_lg"
+    name: str = "teacher"
+    type: str = "teacher"
+    model: str | None = None  # the served model's name
+    base_url: str | None = None  # null: OpenAI's; any OpenAI-compatible server
+    api_key_env: str | None = "OPENAI_API_KEY"  # null: no key (a local server)
+    prompt: str | None = None  # null: the paper's Figure 8 prompt
+    max_concurrency: int = 8
+    # our retry policy (the client's own is off): exponential back-off with jitter on
+    # 429/5xx/timeouts
+    max_retries: int = 6
+    backoff_base: float = 1.0
+    backoff_max: float = 60.0
+    timeout: float = 120.0
+    temperature: float = 0.0
+    max_tokens: int = 1024
+    # replies are cached by sha256(endpoint, model, prompt template hash, temperature +
+    # max_tokens, passage source): reruns cost nothing
+    cache_dir: str | None = None
+    cache_namespace: str | None = None  # null: derived from base_url
+    # a reply is cached only with one of these finish reasons and non-empty content; others are
+    # retried like a 5xx, then fall back uncached (counted); add null for a server that never
+    # reports a finish reason
+    ok_finish_reasons: list[str | None] = field(
+        default_factory=lambda: ["stop", "length", "eos_token", "stop_sequence"]
+    )
+    prices: dict[str, float] = field(default_factory=dict)  # prompt_per_1m, completion_per_1m
+    seed: int | None = None  # seeds the back-off jitter (null: random)
