@@ -16,7 +16,7 @@ import numpy as np
 
 from densex.corpus.readers import Skips, read_passages
 from densex.corpus.units import build_units
-from densex.pipelines import train
+from densex.pipelines import train, train_checkpoints, train_setup
 from densex.propositionizer.resolve import resolve_output
 
 DEMO = Path(__file__).resolve().parents[1] / "data" / "demo"
@@ -66,7 +66,8 @@ def main() -> None:
     f["passage"].write_bytes(b"".join(good.splitlines(keepends=True)[:40]))
     f2 = build_units(corpus, tmp / "u")
     print("truncated units ->", len(f2["passage"].read_bytes().splitlines()), "lines after reuse")
-    print("weights_only=False in train.py ->", "weights_only=False" in inspect.getsource(train))
+    sources = "".join(inspect.getsource(m) for m in (train, train_checkpoints, train_setup))
+    print("weights_only=False in train.py ->", "weights_only=False" in sources)
 
 
 if __name__ == "__main__":

@@ -22,7 +22,7 @@ import regex
 
 from densex.corpus.columnar import PASSAGE_SCHEMA, write_shard
 from densex.corpus.units import unit_tables
-from densex.pipelines.evaluate import recall_at_each_k
+from densex.pipelines.evaluate_metrics import recall_at_each_k
 from densex.utils.io import DataError, read_json
 from helpers.config import compose_config
 from helpers.env import subprocess_env

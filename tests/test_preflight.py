@@ -9,12 +9,10 @@ import sys
 
 import pytest
 
-from densex.pipelines.preflight import (
-    PreflightError,
-    estimate_cell_bytes,
-    grid_overrides,
-    preflight,
-)
+from densex.pipelines.preflight import preflight
+from densex.pipelines.preflight_grid import grid_overrides
+from densex.pipelines.preflight_hub import PreflightError
+from densex.pipelines.preflight_sizes import estimate_cell_bytes
 from helpers.config import compose_config
 
 

@@ -15,12 +15,8 @@ import pytorch_lightning as pl
 import torch
 from omegaconf import OmegaConf
 
-from densex.pipelines.train import (
-    accumulation,
-    batch_plan,
-    best_checkpoint,
-    build_loggers,
-)
+from densex.pipelines.train_checkpoints import best_checkpoint
+from densex.pipelines.train_setup import accumulation, batch_plan, build_loggers
 from densex.propositionizer.data import PropositionDataModule
 from densex.propositionizer.module import (
     PropositionizerModule,

@@ -231,7 +231,7 @@ def test_report_generates_with_the_configured_propositionizer(
 def test_val_fraction_comes_from_the_trained_models_export(tmp_path):
     from omegaconf import OmegaConf
 
-    from densex.pipelines.propositions import resolve_val_fraction
+    from densex.pipelines.propositions_inputs import resolve_val_fraction
 
     export = tmp_path / "hf_model"
     export.mkdir()

@@ -296,9 +296,10 @@ def test_redaction_of_urls_keys_and_env_secrets(monkeypatch):
 
 
 def test_no_unsafe_torch_load():
-    from densex.pipelines import train
+    from densex.pipelines import train, train_checkpoints, train_setup
 
-    assert "weights_only=False" not in inspect.getsource(train)
+    for module in (train, train_checkpoints, train_setup):
+        assert "weights_only=False" not in inspect.getsource(module)
 
 
 # ---- 1. resume points -------------------------------------------------------------------------
@@ -307,12 +308,12 @@ def _train_cfg(repo_root: Path, run_dir: Path, *overrides: str):
 
 
 def test_ckpt_path_last_finds_the_newest_or_says_there_is_none(repo_root, tmp_path):
-    from densex.pipelines.train import _resolve_ckpt
+    from densex.pipelines.train_checkpoints import resolve_ckpt
 
     cfg = _train_cfg(repo_root, tmp_path)
     with pytest.raises(FileNotFoundError, match="there is no checkpoint"):
-        _resolve_ckpt("last", cfg)
-    assert _resolve_ckpt("auto", cfg) is None  # a clean start, when asked for
+        resolve_ckpt("last", cfg)
+    assert resolve_ckpt("auto", cfg) is None  # a clean start, when asked for
     ckpts = tmp_path / "checkpoints"
     ckpts.mkdir()
     import torch
@@ -324,7 +325,7 @@ def test_ckpt_path_last_finds_the_newest_or_says_there_is_none(repo_root, tmp_pa
     with cut.open("r+b") as f:
         f.truncate(cut.stat().st_size // 2)
     os.utime(cut, ns=(10**18 + 9, 10**18 + 9))
-    assert _resolve_ckpt("last", cfg) == str(ckpts / "last-step.ckpt")  # mid-epoch, newest
+    assert resolve_ckpt("last", cfg) == str(ckpts / "last-step.ckpt")  # mid-epoch, newest
     assert cfg.callbacks.step_checkpoint.every_n_train_steps > 0
 
 

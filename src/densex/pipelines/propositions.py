@@ -11,202 +11,25 @@ set-F1 (or, without predictions, the first baseline's), for Hydra sweepers.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
 from densex.corpus.readers import read_passages
-from densex.metrics.propositions import STOPWORDS_NAME, stemmer
+from densex.metrics.propositions import stemmer
 from densex.metrics.set_f1 import SetF1Scorer
-from densex.pipelines.index import (
-    build_corpus_units,
-    generated_propositions,
-    generated_propositions_path,
+from densex.pipelines.index import build_corpus_units
+from densex.pipelines.propositions_inputs import (
+    baselines_for,
+    predictions_for,
+    references_for,
+    resolve_val_fraction,
+    select_passages,
 )
-from densex.propositionizer.quality import (
-    parse_outcomes,
-    read_generation_manifest,
-    split_passage_ids,
-)
-from densex.report.propositions import REFERENCE, aggregate, baseline_systems, quality_rows
-from densex.report.propositions_output import log_report, write_report
-from densex.report.wandb_log import init_run
-from densex.utils.cache import artifact_dir, content_key, hash_file
-from densex.utils.distributed import global_rank
-from densex.utils.io import DataError, numbered_jsonl, read_json, write_jsonl
-from densex.utils.logging import get_logger
-
-log = get_logger(__name__)
-
-SUBSETS = ("all", "validation", "train")
-GENERATE = ("auto", "subset", "corpus")
-DEFAULT_VAL_FRACTION = 0.1  # conf/data/squad-open.yaml
-
-
-def read_propositions_for(
-    path: str | Path, ids: Iterable[str], allow_empty: bool = True
-) -> dict[str, list[str]]:
-    """`{"id", "propositions"}` rows of `path` for the passage ids in `ids` (other rows are
-    ignored); a malformed or duplicated row of those ids is a located `DataError`."""
-    wanted = set(ids)
-    out: dict[str, list[str]] = {}
-    for lineno, row in numbered_jsonl(path, required=("propositions",), nonempty=("id",)):
-        pid = str(row["id"])
-        if pid not in wanted:
-            continue
-        if pid in out:
-            raise DataError(path, lineno, "id", f"duplicate id {pid!r}")
-        props = row["propositions"]
-        if not isinstance(props, list) or not all(isinstance(p, str) for p in props):
-            raise DataError(path, lineno, "propositions", "expected a list of strings")
-        props = [" ".join(p.split()) for p in props if p.strip()]
-        if not props and not allow_empty:
-            raise DataError(path, lineno, "propositions", "empty")
-        out[pid] = props
-    return out
-
-
-def resolve_val_fraction(task: Any, propositionizer: Any) -> tuple[float, str]:
-    """(fraction, where it came from): `task.val_fraction`, else the trained model's
-    `data.val_fraction` from its export manifest (`hf_model/manifest.json`), else 0.1."""
-    if task.get("val_fraction") is not None:
-        return float(task.val_fraction), "task.val_fraction"
-    model = (propositionizer or {}).get("model")
-    manifest = Path(str(model)) / "manifest.json" if model not in (None, "???") else None
-    if manifest is not None and manifest.is_file():
-        data = ((read_json(manifest) or {}).get("config") or {}).get("data") or {}
-        if data.get("val_path") or data.get("val_split"):
-            log.warning(
-                "the model was validated on a separate file/split (%s), not by article: "
-                "task.subset=%s selects articles by the title hash all the same",
-                data.get("val_path") or data.get("val_split"),
-                task.get("subset"),
-            )
-        if data.get("val_fraction") is not None:
-            return float(data["val_fraction"]), str(manifest)
-    return DEFAULT_VAL_FRACTION, "default"
-
-
-def select_passages(
-    passages: Sequence[dict[str, Any]], subset: str, val_fraction: float, limit: int | None
-) -> list[dict[str, Any]]:
-    """The passages of `subset` (all | validation | train, by article), first `limit` kept."""
-
-    if subset not in SUBSETS:
-        raise ValueError(f"task.subset must be one of {SUBSETS}, got {subset!r}")
-    if subset == "all":
-        chosen = list(passages)
-    else:
-        keep = set(split_passage_ids(passages, val_fraction, subset))
-        chosen = [p for p in passages if p["id"] in keep]
-    return chosen[:limit] if limit else chosen
-
-
-def group_units(units_path: str | Path, ids: Iterable[str]) -> dict[str, list[str]]:
-    """Unit texts per passage id (file order) for the passages in `ids`, streamed."""
-    wanted = set(ids)
-    out: dict[str, list[str]] = {}
-    for _, u in numbered_jsonl(units_path, nonempty=("passage_id", "text")):
-        if u["passage_id"] in wanted:
-            out.setdefault(u["passage_id"], []).append(u["text"])
-    return out
-
-
-def generate_predictions(
-    cfg: DictConfig, passages_path: Path, selected: Sequence[dict[str, Any]]
-) -> Path:
-    """Propositions of the selected passages by the configured propositionizer, through the
-    index pipeline's cache (`task.generate`: auto | subset | corpus, see conf/task)."""
-
-    mode = str(cfg.task.get("generate", "auto"))
-    if mode not in GENERATE:
-        raise ValueError(f"task.generate must be one of {GENERATE}, got {mode!r}")
-    corpus_path = generated_propositions_path(cfg, passages_path)
-    if mode == "corpus" or (mode == "auto" and corpus_path.exists()):
-        return generated_propositions(cfg, passages_path)
-    # only the selected passages: a content-keyed passages file, so reruns hit the same cache
-    key = content_key(passages=hash_file(passages_path), ids=[p["id"] for p in selected])
-    subset_path = artifact_dir(cfg.paths.cache_dir, "propositions-subsets", key=key) / (
-        "passages.jsonl"
-    )
-    if not subset_path.exists():
-        write_jsonl(subset_path, selected)
-    return generated_propositions(cfg, subset_path)
-
-
-def _scorer(task: DictConfig) -> Any:
-
-    return SetF1Scorer(**OmegaConf.to_container(task.scorer, resolve=True))
-
-
-def references_for(
-    task: DictConfig, selected: Sequence[dict[str, Any]]
-) -> tuple[str, dict[str, list[str]], list[dict[str, Any]], list[str]]:
-    """(path, references, the selected passages that have one, the ids of those without)."""
-    ref_path = task.get("references")
-    if not ref_path:
-        raise ValueError("task.references (or corpus.propositions) must name a propositions file")
-    references = read_propositions_for(ref_path, (p["id"] for p in selected), allow_empty=False)
-    no_reference = [p["id"] for p in selected if p["id"] not in references]
-    if no_reference:
-        log.warning(
-            "%d selected passages have no reference in %s (left out), e.g. %r",
-            *(len(no_reference), ref_path, no_reference[0]),
-        )
-    evaluated = [p for p in selected if p["id"] in references]
-    if not evaluated:
-        raise DataError(ref_path, None, "id", f"no reference for any of {len(selected)} passages")
-    return str(ref_path), references, evaluated, no_reference
-
-
-def predictions_for(
-    cfg: DictConfig, passages_path: Path, evaluated: Sequence[dict[str, Any]]
-) -> tuple[str, dict[str, list[str]], Any, dict[str, Any]] | None:
-    """(label, predictions, per-passage parse outcomes, summary entry) of `task.predictions`
-    or of the configured propositionizer's output; None on the ranks other than 0 after a
-    ddp generation (rank 0 reports)."""
-    task, ids = cfg.task, [p["id"] for p in evaluated]
-    pred_path = task.get("predictions")
-    if not pred_path:
-        pred_path = generate_predictions(cfg, passages_path, evaluated)
-        if global_rank() != 0:
-            return None
-    label = str(task.get("label") or ("predictions" if task.get("predictions") else "model"))
-    predictions = read_propositions_for(pred_path, ids)
-    missing = [i for i in ids if i not in predictions]
-    if missing:
-        raise DataError(
-            pred_path,
-            None,
-            "id",
-            f"no propositions for {len(missing)} of {len(ids)} evaluated passages, e.g. "
-            f"{missing[0]!r} (task.subset / task.limit_passages select fewer)",
-        )
-    parse = parse_outcomes(pred_path, predictions)
-    entry = {
-        "path": str(pred_path),
-        "label": label,
-        "per_passage_parse": parse is not None,
-        "generation_manifest": read_generation_manifest(pred_path),
-    }
-    return label, predictions, parse, entry
-
-
-def baselines_for(
-    task: DictConfig, sentences_path: Any, evaluated: Sequence[dict[str, Any]]
-) -> dict[str, dict[str, list[str]]]:
-    """The `task.baselines` systems (built from the passages and their sentence units)."""
-    baselines = [str(b) for b in (task.get("baselines") or [])]
-    if not baselines:
-        return {}
-    sentences = group_units(sentences_path, [p["id"] for p in evaluated])
-    base = baseline_systems(evaluated, sentences)
-    unknown = [b for b in baselines if b not in base]
-    if unknown:
-        raise ValueError(f"unknown baselines {unknown}; expected some of {list(base)}")
-    return {b: base[b] for b in baselines}
+from densex.pipelines.propositions_output import log_wandb, print_table, report_notes
+from densex.report.propositions import REFERENCE, aggregate, quality_rows
+from densex.report.propositions_files import write_report
 
 
 def run(cfg: DictConfig) -> float:
@@ -219,7 +42,43 @@ def run(cfg: DictConfig) -> float:
     limit = task.get("limit_passages")
     selected = select_passages(passages, subset, val_fraction, int(limit) if limit else None)
     ref_path, references, evaluated, no_reference = references_for(task, selected)
+    found = report_systems(cfg, files, references, evaluated)
+    if found is None:  # ddp: rank 0 reports
+        return float("nan")
+    label, systems, parse, summary = found
 
+    scorer_cfg = OmegaConf.to_container(task.scorer, resolve=True)
+    stem_name = task.get("stemmer")
+    rows = quality_rows(evaluated, references, systems, _scorer(task), parse, stemmer(stem_name))
+    table = aggregate(rows)
+    summary.update(
+        report_summary(cfg, files, ref_path, subset, (val_fraction, val_source),
+                       (selected, evaluated, no_reference), scorer_cfg, stem_name)
+    )  # fmt: skip
+    write_report(
+        Path(cfg.paths.output_dir), rows, table, summary, report_notes(summary, scorer_cfg)
+    )
+    print_table(table, summary["title"])
+    log_wandb(cfg, table, rows, label)
+    first = next((r for r in table if r["system"] == label), None) or next(
+        (r for r in table if r["system"] != REFERENCE), table[0]
+    )
+    f1 = first["set_f1"]
+    return float(f1) if f1 is not None else math.nan
+
+
+def _scorer(task: DictConfig) -> Any:
+
+    return SetF1Scorer(**OmegaConf.to_container(task.scorer, resolve=True))
+
+
+def report_systems(
+    cfg: DictConfig, files: Any, references: dict[str, list[str]], evaluated: list[dict[str, Any]]
+) -> tuple[str | None, dict[str, dict[str, list[str]]], dict[str, Any], dict[str, Any]] | None:
+    """(predictions label, the systems to score in report order: reference, predictions,
+    baselines; parse outcomes by system; the summary's `predictions` entry), or None on the
+    ranks other than 0 after a ddp generation. A `ValueError` when there is nothing to report."""
+    task = cfg.task
     systems: dict[str, dict[str, list[str]]] = {}
     parse: dict[str, Any] = {}
     summary: dict[str, Any] = {}
@@ -230,100 +89,37 @@ def run(cfg: DictConfig) -> float:
     if task.get("predictions") or ptype != "file":
         found = predictions_for(cfg, Path(files.passages), evaluated)
         if found is None:  # ddp: rank 0 reports
-            return float("nan")
+            return None
         label, systems[label], parse[label], summary["predictions"] = found
     systems.update(baselines_for(task, files["sentence"], evaluated))
     if not systems:
         raise ValueError("nothing to report: no predictions, no reference row, no baselines")
-
-    scorer_cfg = OmegaConf.to_container(task.scorer, resolve=True)
-    stem_name = task.get("stemmer")
-    rows = quality_rows(evaluated, references, systems, _scorer(task), parse, stemmer(stem_name))
-    table = aggregate(rows)
-    summary.update(
-        {
-            "title": f"Propositionizer quality: {cfg.corpus.get('name', 'corpus')}, {subset} "
-            f"passages ({len(evaluated)})",
-            "corpus": cfg.corpus.get("name"),
-            "passages_file": str(files.passages),
-            "references": ref_path,
-            "subset": subset,
-            "val_fraction": val_fraction,
-            "val_fraction_from": val_source,
-            "n_selected": len(selected),
-            "n_evaluated": len(evaluated),
-            "n_without_reference": len(no_reference),
-            "n_articles": len({p.get("title") for p in evaluated}),
-            "scorer": scorer_cfg,
-            "stemmer": stem_name,
-            "sentencizer": str(cfg.corpus.get("segmentation", {}).get("spacy_model")),
-        }
-    )
-    write_report(Path(cfg.paths.output_dir), rows, table, summary, _notes(summary, scorer_cfg))
-    _print(table, summary["title"])
-    _log_wandb(cfg, table, rows, label)
-    first = next((r for r in table if r["system"] == label), None) or next(
-        (r for r in table if r["system"] != REFERENCE), table[0]
-    )
-    f1 = first["set_f1"]
-    return float(f1) if f1 is not None else math.nan
+    return label, systems, parse, summary
 
 
-def _notes(summary: dict[str, Any], scorer: dict[str, Any]) -> list[str]:
-
-    n_out = summary["n_without_reference"]
-    left_out = f"; {n_out} without a reference left out" if n_out else ""
-    notes = [
-        f"set-F1 / P / R: BERTScore F1 ({scorer.get('model_type')}, layer "
-        f"{scorer.get('num_layers')}, idf {bool(scorer.get('idf'))}) between proposition sets; "
-        "means over passages.",
-        f"passages: {summary['subset']} articles (val_fraction {summary['val_fraction']}, "
-        f"from {summary['val_fraction_from']}): {summary['n_evaluated']} passages of "
-        f"{summary['n_articles']} articles{left_out}.",
-        f"coverage / unsupported: distinct content words (lowercased tokens minus {STOPWORDS_NAME} "
-        f"stop words, stemmer {summary['stemmer'] or 'none: exact tokens'}); unsupported = in "
-        "neither the passage nor its title/section.",
-        "words / prop: whitespace words, total over all propositions / number of propositions.",
-    ]
-    pred = summary.get("predictions")
-    if pred:
-        manifest = pred.get("generation_manifest")
-        if manifest and not pred["per_passage_parse"]:
-            keys = ("passages", "parsed_strict", "repaired", "unparseable", "fallback_total")
-            counts = ", ".join(f"{k} {manifest.get(k)}" for k in keys)
-            notes.append(f"parse counts of the whole generated file (manifest): {counts}.")
-        notes.append(
-            "parse rate: passages whose output parsed (strict or repaired JSON) to a non-empty "
-            "list; the others fell back (propositionizer.fallback)."
-        )
-    return notes
-
-
-def _print(table: Sequence[dict[str, Any]], title: str) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
-    t = Table(title=title)
-    cols = ("system", "n_passages", "set_f1", "precision", "recall", "props_per_passage",
-            "words_per_prop", "coverage", "unsupported", "parse_rate")  # fmt: skip
-    names = ("system", "n", "set-F1", "P", "R", "props", "words", "cov", "unsup", "parse")
-    for c, name in zip(cols, names):
-        t.add_column(name, justify="left" if c == "system" else "right")
-    for r in table:
-        t.add_row(*(f"{r[c]:.3f}" if isinstance(r[c], float) else str(r[c]) for c in cols))
-    Console().print(t)
-
-
-def _log_wandb(cfg: DictConfig, table, rows, label: str | None) -> None:
-
-    run = init_run(
-        cfg,
-        save_dir=cfg.paths.output_dir,
-        name=f"propositions-{label or 'baselines'}",
-        job_type="propositions",
-        config=OmegaConf.to_container(cfg, resolve=True),
-    )
-    if run is None:
-        return
-    log_report(run, table, rows)
-    run.finish()
+def report_summary(
+    cfg: DictConfig, files: Any, ref_path: str, subset: str, val: tuple[float, str],
+    passages: tuple[list, list, list], scorer_cfg: Any, stem_name: Any,
+) -> dict[str, Any]:  # fmt: skip
+    """The report's summary fields: title, inputs, the subset and where its validation fraction
+    came from (`val`), passage counts (`passages`: selected, evaluated, without reference),
+    scorer, stemmer and sentencizer."""
+    val_fraction, val_source = val
+    selected, evaluated, no_reference = passages
+    return {
+        "title": f"Propositionizer quality: {cfg.corpus.get('name', 'corpus')}, {subset} "
+        f"passages ({len(evaluated)})",
+        "corpus": cfg.corpus.get("name"),
+        "passages_file": str(files.passages),
+        "references": ref_path,
+        "subset": subset,
+        "val_fraction": val_fraction,
+        "val_fraction_from": val_source,
+        "n_selected": len(selected),
+        "n_evaluated": len(evaluated),
+        "n_without_reference": len(no_reference),
+        "n_articles": len({p.get("title") for p in evaluated}),
+        "scorer": scorer_cfg,
+        "stemmer": stem_name,
+        "sentencizer": str(cfg.corpus.get("segmentation", {}).get("spacy_model")),
+    }

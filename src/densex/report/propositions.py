@@ -13,7 +13,7 @@ themselves as a ceiling/sanity row), per passage and in aggregate:
 
 Aggregates are means over passages (set-F1 the mean of per-passage set-F1, as in training's
 validation), except words per proposition: total words / total propositions (Table 1's way).
-Written out by `report.propositions_output`: `propositions_per_passage.csv`,
+Written out by `report.propositions_files`: `propositions_per_passage.csv`,
 `propositions_report.csv` / `.md` / `.json`, and a W&B table.
 """
 
@@ -154,7 +154,7 @@ def _ratio(a: float | None, b: float | None) -> float | None:
 
 def aggregate(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """One row per system (first-seen order) with the columns of
-    `report.propositions_output.TABLE_COLUMNS`. Parse columns are None for a system without
+    `report.propositions_files.TABLE_COLUMNS`. Parse columns are None for a system without
     per-passage parse results (baselines)."""
     table = []
     for name in dict.fromkeys(r["system"] for r in rows):

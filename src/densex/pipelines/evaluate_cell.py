@@ -1,0 +1,131 @@
+"""What one evaluate cell searches, and the search itself.
+
+Contract: `cell_keys(cfg)` is the cell's identity (the config choice of each group);
+`open_cell(cfg, times)` builds or reuses the cell's units and searcher (`Cell`; every rank
+takes part in encoding under ddp); `load_questions(cfg)` loads the dataset's questions and
+counts what was skipped; `search_cell` returns each question's top-k passages (max over
+units) with enough ranked units to cover the words QA reads. Each stage records its seconds
+in `times`; bad input raises a located `DataError`.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import DictConfig
+
+from densex.corpus.readers import Skips
+from densex.corpus.units import unit_tables
+from densex.data.questions import load_dataset_questions
+from densex.pipelines.fusion import (
+    cell_searcher,
+    cell_units_file,
+    fused_retrieval,
+    fusion_keys,
+    is_rrf,
+)
+from densex.pipelines.index import build_corpus_units, generates_propositions
+from densex.retrieval.search import fetch_units_for_words, retrieve_passages
+from densex.utils.io import DataError
+
+CONFIG_KEYS = ("corpus", "retriever", "granularity", "dataset", "reader", "index")
+
+
+def cell_keys(cfg: DictConfig) -> dict[str, Any]:
+    """The cell's identity: the chosen config of each group (Hydra's choice, else its `name`)."""
+    choices: dict[str, Any] = {}
+    if HydraConfig.initialized():
+        choices = dict(HydraConfig.get().runtime.choices)
+    keys: dict[str, Any] = {}
+    for group in CONFIG_KEYS:
+        node = cfg.get(group)
+        name = node.get("name") if isinstance(node, DictConfig) else None
+        keys[group] = choices.get(group) or name or (node if isinstance(node, str) else None)
+    keys["budget"] = cfg.get("budget")
+    return keys
+
+
+@dataclass
+class Cell:
+    """What one cell searches: its units (memory-mapped), their passages, the searcher."""
+
+    keys: dict[str, Any]
+    units_path: Path
+    passages: Any  # corpus.columnar.ArrowTable
+    units: Any  # corpus.columnar.ArrowTable
+    unit_passage_rows: np.ndarray
+    unit_words: np.ndarray
+    searcher: Any
+
+
+def open_cell(cfg: DictConfig, times: dict[str, float]) -> Cell:
+    """Units (cached, shared by every job of a sweep) and the searcher over them (every rank
+    takes part in encoding under ddp)."""
+
+    keys = {**cell_keys(cfg), **fusion_keys(cfg)}  # fused cells: labels say what was fused
+    t0 = time.perf_counter()
+    unit_files = build_corpus_units(cfg, with_generated=generates_propositions(cfg))
+    units_path = cell_units_file(cfg, unit_files)  # mixed / RRF: the members' units combined
+    passages, units = unit_tables(units_path)
+    if passages is None:
+        raise DataError(units_path, None, None, "no passages table beside this units file")
+    times["units"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    searcher = cell_searcher(cfg, unit_files, units_path)
+    times["index"] = time.perf_counter() - t0
+    cell = Cell(keys, units_path, passages, units, units.numpy("passage_row"),
+                units.numpy("words").astype(np.int64), searcher)  # fmt: skip
+    return cell
+
+
+def load_questions(cfg: DictConfig) -> tuple[list[dict], dict[str, Any]]:
+    """The dataset's questions (`limit_questions` first) and what loading them skipped."""
+
+    limit = cfg.get("limit_questions")
+    unmatchable: list = []  # regex answers that NFD breaks: kept (as DPR does), counted
+    q_skips = Skips(cfg.dataset.get("on_error") or "raise")  # on_error=skip: counted in the row
+    questions = load_dataset_questions(
+        cfg.dataset, limit=int(limit) if limit else None, unmatchable=unmatchable, skips=q_skips
+    )
+    if not questions:
+        raise DataError(str(cfg.dataset.get("path", cfg.dataset)), None, None, "no questions")
+    info = {
+        "n_unmatchable_answers": len(unmatchable),
+        "n_questions_skipped": q_skips.total,
+        "questions_skipped_by_field": dict(q_skips.by_field),
+    }
+    return questions, info
+
+
+def search_cell(
+    cfg: DictConfig, cell: Cell, questions: list[dict], k: int, times: dict[str, float]
+) -> list[Any]:
+    """Top-k passages per question by max over units, with units covering the words QA reads."""
+
+    t0 = time.perf_counter()
+    searcher = cell.searcher
+    if int(searcher.ntotal) != len(cell.units):
+        raise DataError(cell.units_path, None, None,
+                        f"the index has {searcher.ntotal} units, the units file {len(cell.units)}")  # fmt: skip
+    # the QA metrics read this many words of ranked units
+    need_words = max(int(cfg.budget), int(cfg.get("recall_curve_max_words", 500)))
+    # first fetch sized by units per passage, so fine-grained indexes rarely need a second
+    # search, and by the words QA reads, so coarse units with a small topk need none either
+    ratio = int(np.ceil(len(cell.units) / max(1, len(cell.passages))))
+    words = cell.unit_words
+    avg_words = max(1.0, float(words.mean())) if len(words) else 1.0
+    n_start = max(k * ratio + 1, int(np.ceil(need_words / avg_words)) + 1)
+    queries = [q["question"] for q in questions]
+    rows = cell.unit_passage_rows
+    if is_rrf(cfg):
+        results = fused_retrieval(cfg, searcher, queries, rows, words, k, need_words)
+    else:
+        results = retrieve_passages(searcher, queries, rows, k, n_start=n_start)
+        fetch_units_for_words(searcher, queries, results, words, need_words)
+    times["search"] = time.perf_counter() - t0
+    return results

@@ -1,0 +1,61 @@
+"""Preflight checks of the models a job loads, per entry: the retriever's encoders, the reader
+and a model propositionizer (index / evaluate), or the model to fine-tune and the set-F1
+metric's backbone (train).
+
+Contract: each returns `{config key: where the model loads from}` (`check_model`'s answer)
+for the models the job will actually load, or raises a `PreflightError` naming the key and
+the override that fixes it.
+"""
+
+from __future__ import annotations
+
+from omegaconf import DictConfig
+
+from densex.pipelines.index import generates_propositions
+from densex.pipelines.preflight_hub import check_model
+
+
+def check_retrieval_models(cfg: DictConfig, entry: str) -> dict[str, str]:
+    """Retriever encoders (dense), reader (evaluate), model propositionizer (when used)."""
+    found: dict[str, str] = {}
+    r = cfg.retriever
+    encodes = not (entry == "index" and cfg.get("stage") in ("units", "propositions"))
+    if encodes and str(r.get("type", "dense")) not in ("sparse", "hash"):  # no model
+        for key in ("query_model", "doc_model"):
+            name = r.get(key)
+            if key == "doc_model" and not name:
+                continue
+            found[f"retriever.{key}"] = check_model(
+                name, f"retriever.{key}", [f"retriever.{key}=/local/dir", "retriever=minilm"]
+            )
+    reader = cfg.get("reader")
+    if entry == "evaluate" and isinstance(reader, DictConfig) and "model" in reader:
+        found["reader.model"] = check_model(
+            reader.get("model"), "reader.model", ["reader.model=/local/dir", "reader=tiny"]
+        )
+
+    prop = cfg.get("propositionizer") or {}
+    if str(prop.get("type", "file")) == "model" and generates_propositions(cfg):
+        found["propositionizer.model"] = check_model(
+            prop.get("model"), "propositionizer.model", ["propositionizer.model=/local/dir"]
+        )
+    return found
+
+
+def check_train_models(model: DictConfig) -> dict[str, str]:
+    """The model to fine-tune and the set-F1 metric's backbone."""
+    found = {
+        "model.name_or_path": check_model(
+            model.get("name_or_path"),
+            "model.name_or_path",
+            ["model.name_or_path=/local/dir", "model=tiny (a CPU smoke run)"],
+        )
+    }
+    metric = model.get("metric") or {}
+    if metric.get("model_type"):
+        found["model.metric.model_type"] = check_model(
+            metric.get("model_type"),
+            "model.metric.model_type",
+            ["model.metric.model_type=/local/dir (+ model.metric.num_layers)", "model=tiny"],
+        )
+    return found
