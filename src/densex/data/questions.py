@@ -34,7 +34,8 @@ from typing import Any
 
 import regex
 
-from densex.corpus.readers import Skips, load_hf, why_not_text
+from densex.corpus.documents import load_hf
+from densex.corpus.readers import Skips, why_not_text
 from densex.data.beir import load_beir_queries
 from densex.data.qrels import read_qrels
 from densex.metrics.answers import compile_answer_pattern

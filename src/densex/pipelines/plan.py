@@ -35,7 +35,7 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from densex.corpus.units import units_dir_for
+from densex.corpus.units_key import units_dir_for
 from densex.utils.config import plain_data
 from densex.utils.logging import get_logger, render
 from densex.utils.models import resolve_model
