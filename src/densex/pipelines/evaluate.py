@@ -54,7 +54,8 @@ from densex.retrieval.search import fetch_units_for_words, retrieve_passages
 from densex.utils.distributed import global_rank
 from densex.utils.integrity import configure as configure_cache
 from densex.utils.integrity import remove_orphans
-from densex.utils.io import DataError, JsonStream, atomic_open, write_jsonl
+from densex.utils.io import DataError, atomic_open, write_jsonl
+from densex.utils.json_stream import JsonStream
 from densex.utils.logging import get_logger, render
 from densex.utils.progress import track
 
