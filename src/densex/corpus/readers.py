@@ -62,9 +62,11 @@ class Skips:
 
     @property
     def total(self) -> int:
+        """Number of items skipped."""
         return sum(self.by_field.values())
 
     def summary(self) -> dict[str, Any]:
+        """`{total, by_field, examples}` for manifests."""
         return {"total": self.total, "by_field": dict(self.by_field), "examples": self.examples}
 
 
