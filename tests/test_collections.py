@@ -11,12 +11,8 @@ import pytest
 from omegaconf import OmegaConf
 from tests.helpers.config import group_config
 
-from densex.corpus.collections import (
-    iter_passage_batches,
-    iter_unit_batches,
-    passage_id_rule,
-    source_format,
-)
+from densex.corpus.collection_rows import source_format
+from densex.corpus.collections import iter_passage_batches, iter_unit_batches, passage_id_rule
 from densex.corpus.readers import Skips
 from densex.utils.io import DataError
 

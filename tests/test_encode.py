@@ -14,7 +14,9 @@ from tests.helpers.config import group_config
 
 from densex.retrieval import build as build_mod
 from densex.retrieval.build import load_or_build_searcher
-from densex.retrieval.encode import EmbeddingShardWriter, EmbeddingStore, encode_units_to_dir
+from densex.retrieval.embedding_store import EmbeddingStore
+from densex.retrieval.encode import encode_units_to_dir
+from densex.retrieval.encode_lightning import EmbeddingShardWriter
 from densex.utils.io import DataError, read_jsonl, write_jsonl
 
 torch.set_num_threads(1)

@@ -10,14 +10,9 @@ import numpy as np
 import pytest
 from tests.helpers.config import group_config
 
-from densex.retrieval.faiss_index import (
-    IndexSpec,
-    ShardedIndex,
-    build_index,
-    exact_knn,
-    measure_recall,
-    shard_bounds,
-)
+from densex.retrieval.faiss_index import build_index, exact_knn, measure_recall, shard_bounds
+from densex.retrieval.sharded_index import ShardedIndex
+from densex.retrieval.spec import IndexSpec
 from densex.utils.io import DataError
 from helpers.config import compose_config
 from helpers.run_if import RunIf
@@ -138,7 +133,7 @@ def test_save_load_round_trip(tmp_path: Path) -> None:
 
 
 def test_use_gpu_true_without_gpu_fails_loudly() -> None:
-    from densex.retrieval.faiss_index import gpu_available
+    from densex.retrieval.faiss_gpu import gpu_available
 
     if gpu_available():
         pytest.skip("a GPU is present")
@@ -159,20 +154,20 @@ class _FakeGpuShard:
 
 
 def test_gpu_shards_above_the_selection_limit_search_a_cpu_copy(monkeypatch) -> None:
-    from densex.retrieval import faiss_index as fi
+    from densex.retrieval import sharded_index as fi
 
     x, q = _vectors(300, 16, 12), _vectors(6, 16, 13)
     index = build_index(x, {"name": "flat", "num_shards": 2})
     limit = 8
     monkeypatch.setattr(fi, "GPU_MAX_K", limit)
-    monkeypatch.setattr(fi, "_is_gpu", lambda s: isinstance(s, _FakeGpuShard))
+    monkeypatch.setattr(fi, "is_gpu", lambda s: isinstance(s, _FakeGpuShard))
     copies: list = []
 
     def to_cpu(shard):
         copies.append(shard)
         return faiss.clone_index(shard.inner)
 
-    monkeypatch.setattr(fi, "_to_cpu", to_cpu)
+    monkeypatch.setattr(fi, "to_cpu", to_cpu)
     index.shards = [_FakeGpuShard(s, limit) for s in index.shards]
     small = index.search(q, limit)  # within the limit: the "GPU" shards themselves
     assert copies == []

@@ -10,14 +10,10 @@ from omegaconf import OmegaConf
 from rich.console import Console
 from tests.helpers.config import group_config
 
-from densex.corpus.readers import read_documents, read_passages
-from densex.corpus.units import (
-    build_units,
-    print_unit_table,
-    unit_stats,
-    units_dir_for,
-    units_key,
-)
+from densex.corpus.documents import read_documents
+from densex.corpus.readers import read_passages
+from densex.corpus.units import build_units, print_unit_table, unit_stats
+from densex.corpus.units_key import units_dir_for, units_key
 from densex.utils.io import DataError
 from helpers.config import compose_config
 
@@ -288,7 +284,7 @@ def test_units_resume_by_shard_and_split_sentences_in_two_processes(
 ) -> None:
     """A build killed after its first shards resumes at the first missing one (the finished
     shards are not segmented again), and 2 spaCy processes give the 1-process sentences."""
-    import densex.corpus.units as units_mod
+    import densex.corpus.passage_shards as units_mod
 
     cfg = _corpus_cfg(repo_root, squad_open, shard_rows=500, propositions="null")
     reference = build_units(cfg, tmp_path / "one")

@@ -22,161 +22,28 @@ A *source* is one collection, described by a mapping (a node of `conf/corpus/*.y
     limit:                               keep only the first N rows (quick runs); null = all
 
 Rows are yielded in batches of plain dicts: passages `{"id","title","section","text"}`,
-units `{"id","passage_id","text"}`. Nothing holds a whole file or dataset in memory: JSONL is
-read line by line, saved datasets are memory-mapped Arrow read a batch at a time, hub datasets
-are opened with `streaming=True`. A bad row is a `DataError(file, line, field)` handed to the
-`Skips` policy (raise, or count and skip); dataset rows are located as `[row index].field`.
+units `{"id","passage_id","text"}`, streamed (`corpus.collection_rows` reads the raw rows;
+nothing holds a whole file or dataset in memory). A bad row is a `DataError(file, line,
+field)` handed to the `Skips` policy (raise, or count and skip); dataset rows are located as
+`[row index].field`.
 """
 
 from __future__ import annotations
 
-import itertools
-import json
-import os
 import re
 from collections.abc import Iterator, Mapping
-from pathlib import Path
 from typing import Any
 
+from densex.corpus.collection_rows import source_rows, source_setting
 from densex.corpus.readers import Skips, why_not_text
-from densex.utils.io import DataError, decode_line
+from densex.utils.io import DataError
 from densex.utils.shards import batched
 
 __all__ = [
     "iter_passage_batches",
     "iter_unit_batches",
     "passage_id_rule",
-    "source_files",
-    "source_format",
 ]
-
-_HF_MARKERS = ("dataset_info.json", "dataset_dict.json", "state.json")
-_JSONL_SUFFIXES = (".jsonl", ".jsonl.gz", ".json", ".json.gz", ".jsonl.bz2")
-
-Row = tuple[str, int | None, Mapping[str, Any]]  # (source, line or None, row)
-
-
-def _get(cfg: Mapping[str, Any], key: str, default: Any = None) -> Any:
-    value = cfg.get(key, default) if cfg is not None else default
-    return default if value is None and default is not None else value
-
-
-def _expand(path: Any) -> Path:
-    return Path(os.path.expanduser(os.path.expandvars(str(path))))
-
-
-def source_format(source_cfg: Mapping[str, Any]) -> str:
-    """`jsonl` (a file or a directory of JSONL files), `hf_disk` (a `save_to_disk` dir) or
-    `hf_hub` (anything else: a hub id), from `format` and `path`."""
-    path = _get(source_cfg, "path")
-    if path in (None, "", "???"):
-        raise ValueError("collection source: set `path` (file, directory or hub id)")
-    fmt = str(_get(source_cfg, "format", "auto"))
-    local = _expand(path)
-    is_hf_dir = local.is_dir() and any((local / m).exists() for m in _HF_MARKERS)
-    if fmt == "auto":
-        if is_hf_dir:
-            return "hf_disk"
-        return "jsonl" if local.exists() else "hf_hub"
-    if fmt == "jsonl":
-        if not local.exists():
-            raise DataError(local, None, None, "file or directory not found")
-        return "jsonl"
-    if fmt == "hf":
-        return "hf_disk" if is_hf_dir else "hf_hub"
-    raise ValueError(f"collection format must be auto | jsonl | hf, got {fmt!r}")
-
-
-def source_files(path: str | os.PathLike) -> list[Path]:
-    """The JSONL files of a source path: the file itself, or a directory's `*.jsonl`,
-    `*.jsonl.gz`, `*.json`(`.gz`) files, recursively, in sorted order (pyserini collections,
-    hub snapshots)."""
-    root = _expand(path)
-    if root.is_file():
-        return [root]
-    if not root.is_dir():
-        raise DataError(root, None, None, "file or directory not found")
-    files = sorted(
-        p
-        for p in root.rglob("*")
-        if p.is_file() and p.name.endswith(_JSONL_SUFFIXES) and p.name not in _HF_MARKERS
-    )
-    if not files:
-        raise DataError(root, None, None, f"no {' / '.join(_JSONL_SUFFIXES)} files")
-    return files
-
-
-def _open_bytes(path: Path) -> Any:
-    if path.name.endswith(".gz"):
-        import gzip
-
-        return gzip.open(path, "rb")
-    if path.name.endswith(".bz2"):
-        import bz2
-
-        return bz2.open(path, "rb")
-    return path.open("rb")
-
-
-def _jsonl_rows(path: Path, skips: Skips) -> Iterator[Row]:
-    """(file, line, object) per JSON line, streamed (compressed files too)."""
-    with _open_bytes(path) as f:
-        for lineno, raw in enumerate(f, start=1):
-            try:
-                line = decode_line(raw, path, lineno)
-                if not line.strip():
-                    continue
-                row = json.loads(line)
-            except json.JSONDecodeError as e:
-                skips(DataError(path, lineno, None, f"invalid JSON ({e.msg} at column {e.colno})"))
-                continue
-            except DataError as e:
-                skips(e)
-                continue
-            if not isinstance(row, dict):
-                skips(DataError(path, lineno, None, f"expected a JSON object, got {type(row).__name__}"))  # fmt: skip
-                continue
-            yield str(path), lineno, row
-
-
-def _hf_rows(source_cfg: Mapping[str, Any], fmt: str) -> Iterator[Row]:
-    """Rows of a saved (memory-mapped, read a batch at a time) or streamed hub dataset,
-    located as `<source>[split]` + row index."""
-    import datasets
-
-    path = str(_get(source_cfg, "path"))
-    split = _get(source_cfg, "split", "train")
-    if fmt == "hf_disk":
-        ds = datasets.load_from_disk(str(_expand(path)))
-    else:
-        kwargs: dict[str, Any] = {"streaming": True}
-        if _get(source_cfg, "revision"):
-            kwargs["revision"] = str(source_cfg["revision"])
-        ds = datasets.load_dataset(path, _get(source_cfg, "hf_name"), split=split, **kwargs)
-    if isinstance(ds, (datasets.DatasetDict, datasets.IterableDatasetDict)):
-        if split not in ds:
-            raise DataError(path, None, "split", f"no split {split!r} (splits: {list(ds)})")
-        ds = ds[split]
-    source = f"{path}[{split}]"
-    for batch in ds.iter(batch_size=1024):
-        columns = list(batch)
-        n = len(batch[columns[0]]) if columns else 0
-        for i in range(n):
-            yield source, None, {c: batch[c][i] for c in columns}
-
-
-def _rows(source_cfg: Mapping[str, Any], skips: Skips) -> Iterator[tuple[Row, int]]:
-    """(row, row index) over every row of the source, `limit` applied."""
-    fmt = source_format(source_cfg)
-    if fmt == "jsonl":
-        rows: Iterator[Row] = itertools.chain.from_iterable(
-            _jsonl_rows(p, skips) for p in source_files(source_cfg["path"])
-        )
-    else:
-        rows = _hf_rows(source_cfg, fmt)
-    limit = _get(source_cfg, "limit")
-    numbered = zip(rows, itertools.count())
-    return itertools.islice(numbered, int(limit)) if limit is not None else numbered
 
 
 def _where(line: int | None, index: int, field: str) -> str:
@@ -206,9 +73,9 @@ def _title_text(
 ) -> tuple[str, str] | None:
     """(title, text) of a row: pyserini `contents` (title + separator + text) or
     title/text columns; None (after a skip) when there is no text."""
-    contents_column = str(_get(cfg, "contents_column", "contents"))
-    title_column = str(_get(cfg, "title_column", "title"))
-    text_column = str(_get(cfg, "text_column", "text"))
+    contents_column = str(source_setting(cfg, "contents_column", "contents"))
+    title_column = str(source_setting(cfg, "title_column", "title"))
+    text_column = str(source_setting(cfg, "text_column", "text"))
     if contents_column in row:
         contents = row[contents_column]
         if not isinstance(contents, str) or not contents.strip():
@@ -246,11 +113,11 @@ def iter_passage_batches(
     builder does it on its id column).
     """
     skips = skips or Skips()
-    id_column = str(_get(source_cfg, "id_column", "id"))
-    section_column = _get(source_cfg, "section_column")
+    id_column = str(source_setting(source_cfg, "id_column", "id"))
+    section_column = source_setting(source_cfg, "section_column")
 
     def passages() -> Iterator[dict[str, Any]]:
-        for (source, line, row), index in _rows(source_cfg, skips):
+        for (source, line, row), index in source_rows(source_cfg, skips):
             pid = _row_id(row, source, line, index, id_column, skips)
             if pid is None:
                 continue
@@ -271,10 +138,10 @@ def iter_passage_batches(
 def passage_id_rule(source_cfg: Mapping[str, Any]) -> tuple[str | None, re.Pattern[str] | None]:
     """The unit -> passage mapping of a source: (`passage_id_column`, None) or
     (None, compiled `passage_id_pattern`); a ValueError when neither is set."""
-    column = _get(source_cfg, "passage_id_column")
+    column = source_setting(source_cfg, "passage_id_column")
     if column:
         return str(column), None
-    pattern = _get(source_cfg, "passage_id_pattern")
+    pattern = source_setting(source_cfg, "passage_id_pattern")
     if not pattern:
         raise ValueError(
             "units need a passage mapping: set passage_id_column (a column with the passage"
@@ -306,11 +173,11 @@ def iter_unit_batches(
     exists among the passages is the units builder's check (it holds the passage id index).
     """
     skips = skips or Skips()
-    id_column = str(_get(source_cfg, "id_column", "id"))
+    id_column = str(source_setting(source_cfg, "id_column", "id"))
     column, pattern = passage_id_rule(source_cfg)
 
     def units() -> Iterator[dict[str, Any]]:
-        for (source, line, row), index in _rows(source_cfg, skips):
+        for (source, line, row), index in source_rows(source_cfg, skips):
             uid = _row_id(row, source, line, index, id_column, skips)
             if uid is None:
                 continue

@@ -29,7 +29,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from densex.corpus.readers import Skips, load_hf, why_not_text
+from densex.corpus.documents import load_hf
+from densex.corpus.readers import Skips, why_not_text
 from densex.data.beir import load_beir_queries
 from densex.data.qrels import read_qrels
 from densex.data.question_formats import (

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from densex.metrics.answers import has_answer
-from densex.utils.io import JsonStream
+from densex.utils.json_stream import JsonStream
 from densex.utils.logging import get_logger
 from densex.utils.progress import track
 

@@ -17,7 +17,8 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from densex.corpus.units import build_units, print_unit_table, unit_stats, units_dir_for
+from densex.corpus.units import build_units, print_unit_table, unit_stats
+from densex.corpus.units_key import units_dir_for
 from densex.utils.cache import artifact_dir, content_key, hash_file
 from densex.utils.distributed import global_rank
 from densex.utils.integrity import configure, handle_damage, remove_orphans, verify_files

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from densex.corpus.units import units_dir_for
+from densex.corpus.units_key import units_dir_for
 from densex.pipelines.plan_sizes import FACTOID_WIKI, GRANULARITIES, UNIT_OVERHEAD_BYTES
 from densex.utils.config import plain_data
 

@@ -18,10 +18,12 @@ from typing import Any
 import numpy as np
 
 from densex.retrieval.bm25 import BM25Searcher, bm25_settings
-from densex.retrieval.encode import EmbeddingStore, encode_units_to_dir, open_embeddings
+from densex.retrieval.embedding_store import EmbeddingStore, open_embeddings
+from densex.retrieval.encode import encode_units_to_dir
 from densex.retrieval.encoders import DenseRetriever
-from densex.retrieval.faiss_index import ShardedIndex, build_index_to_dir
+from densex.retrieval.faiss_index import build_index_to_dir
 from densex.retrieval.search import UnitSearcher
+from densex.retrieval.sharded_index import ShardedIndex
 from densex.retrieval.spec import IndexSpec, RetrieverSpec
 from densex.utils.cache import artifact_dir, content_key, hash_file
 from densex.utils.distributed import global_rank

@@ -1,0 +1,161 @@
+"""The units stage's first pass: the source streamed into resumable passage shards.
+
+The source (a passages file, a BEIR corpus, a ready-made collection's passages, or documents
+segmented into 100-word passages) is cut into shards of `corpus.shard_rows` source rows. Shard
+`b` writes `arrow/sentence/`, `arrow/passage/` and last `arrow/passages/NNNNN.arrow`: the
+passages file is the shard's completion mark, so a killed build resumes at the first shard
+without one. Passage ids must be unique (a repeat is a `DataError` for `Skips`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from densex.corpus.beir import read_beir_corpus
+from densex.corpus.collections import iter_passage_batches
+from densex.corpus.columnar import PASSAGE_SCHEMA, UNIT_SCHEMA, ArrowTable, shard_path, write_shard
+from densex.corpus.documents import read_documents
+from densex.corpus.readers import Skips, iter_passages
+from densex.corpus.segment import (
+    count_words,
+    load_sentencizer,
+    segment_paragraphs,
+    split_sentences_many,
+)
+from densex.corpus.units_key import DEFAULT_SHARD_ROWS, segmentation_settings
+from densex.utils.io import DataError
+from densex.utils.logging import get_logger
+from densex.utils.progress import Progress
+from densex.utils.shards import batched
+
+log = get_logger(__name__)
+
+__all__ = ["build_passage_shards"]
+
+
+def _source_rows(corpus_cfg: Mapping[str, Any], skips: Skips) -> Iterator[dict[str, Any]]:
+    """Passages (`corpus.passages`) or documents (`corpus.documents`), streamed."""
+    sources = corpus_cfg.get("sources") or {}
+    if sources.get("passage"):  # a ready-made collection (FactoidWiki's passages)
+        return _unique(_collection_passages(sources["passage"], skips), skips, sources["passage"])
+    src = corpus_cfg.get("passages")
+    if src and corpus_cfg.get("passages_format") == "beir":  # BEIR corpus.jsonl: a doc a passage
+        return iter(read_beir_corpus(src, skips))
+    if src:
+        return iter_passages(src, skips)
+    return read_documents(corpus_cfg, skips)
+
+
+def _collection_passages(source_cfg: Mapping[str, Any], skips: Skips) -> Iterator[dict]:
+
+    for batch in iter_passage_batches(source_cfg, skips, 10_000):
+        yield from batch
+
+
+def _unique(rows: Iterator[dict], skips: Skips, source_cfg: Mapping[str, Any]) -> Iterator[dict]:
+    """Passages with an id not seen before (a repeat is a `DataError` for `skips`)."""
+    seen: set[str] = set()
+    for row in rows:
+        if row["id"] in seen:
+            skips(DataError(str(source_cfg.get("path")), None, "id",
+                            f"duplicate passage id {row['id']!r}"))  # fmt: skip
+            continue
+        seen.add(row["id"])
+        yield row
+
+
+def _segment_batch(
+    docs: list[dict[str, Any]], seg: Mapping[str, Any], seen: set[str], src: Any
+) -> list[dict[str, Any]]:
+    """One batch of documents -> their 100-word passages (ids `<doc id>-<chunk>`)."""
+    nlp = load_sentencizer(seg["spacy_model"])
+    chunks = segment_paragraphs(
+        (d["text"] for d in docs),
+        nlp,
+        seg["max_words"],
+        seg["min_tail_words"],
+        n_process=int(seg.get("n_process") or 1),
+    )
+    out = []
+    for doc, texts in zip(docs, chunks):
+        for c, text in enumerate(texts):
+            pid = f"{doc['id']}-{c}"
+            if pid in seen:
+                raise DataError(src, None, "id", f"two documents make passage id {pid!r}")
+            seen.add(pid)
+            out.append({"id": pid, "title": doc["title"], "section": doc["section"], "text": text})
+    return out
+
+
+def _write_passage_shard(
+    out: Path, b: int, passages: list[dict[str, Any]], offset: int, seg: Mapping[str, Any],
+    granularities: Sequence[str],
+) -> None:  # fmt: skip
+    """Shard `b`: its sentence units, passage units, then (last: the shard's completion mark)
+    the passages themselves."""
+    arrow = out / "arrow"
+    ids = [p["id"] for p in passages]
+    texts = [p["text"] for p in passages]
+    words = [count_words(t) for t in texts]
+    rows = list(range(offset, offset + len(passages)))
+    if "sentence" in granularities:
+        nlp = load_sentencizer(seg["spacy_model"])
+        cols: dict[str, list] = {f.name: [] for f in UNIT_SCHEMA}
+        n_process = int(seg.get("n_process") or 1)
+        for pid, row, sents in zip(
+            ids, rows, split_sentences_many(texts, nlp, n_process=n_process)
+        ):
+            for i, sentence in enumerate(sents):
+                cols["id"].append(f"{pid}::s{i}")
+                cols["passage_id"].append(pid)
+                cols["passage_row"].append(row)
+                cols["text"].append(sentence)
+                cols["words"].append(count_words(sentence))
+        write_shard(shard_path(arrow / "sentence", b), cols, UNIT_SCHEMA)
+    unit_cols = {"id": ids, "passage_id": ids, "passage_row": rows, "text": texts, "words": words}
+    write_shard(shard_path(arrow / "passage", b), unit_cols, UNIT_SCHEMA)
+    passage_cols = {
+        "id": ids,
+        "title": [p["title"] for p in passages],
+        "section": [p["section"] for p in passages],
+        "text": texts,
+        "words": words,
+    }
+    write_shard(shard_path(arrow / "passages", b), passage_cols, PASSAGE_SCHEMA)
+
+
+def build_passage_shards(
+    corpus_cfg: Mapping[str, Any], out: Path, skips: Skips, granularities: Sequence[str]
+) -> int:
+    """Stream the source into shards of `corpus.shard_rows` source rows (resumable: a shard
+    whose passages file exists is complete and kept); return the number of passages."""
+    seg = segmentation_settings(corpus_cfg)
+    shard_rows = int(corpus_cfg.get("shard_rows") or DEFAULT_SHARD_ROWS)
+    collection = ((corpus_cfg.get("sources") or {}).get("passage") or {}).get("path")
+    from_documents = not (corpus_cfg.get("passages") or collection)
+    src = corpus_cfg.get("documents") if from_documents else corpus_cfg.get("passages")
+    src = collection or src
+    seen: set[str] = set()  # documents: the passage ids made so far (ids must be unique)
+    offset = kept = 0
+    with Progress("units: passages", unit="passages") as bar:
+        for b, batch in enumerate(batched(_source_rows(corpus_cfg, skips), shard_rows)):
+            done = shard_path(out / "arrow" / "passages", b)
+            if done.exists():  # resumed: this shard was completed by an earlier run
+                table = ArrowTable.open_files([done])
+                n = len(table)
+                if from_documents:
+                    seen.update(table.slice("id", 0, n))
+                offset, kept = offset + n, kept + 1
+                bar.advance(n)
+                continue
+            passages = _segment_batch(batch, seg, seen, src) if from_documents else batch
+            _write_passage_shard(out, b, passages, offset, seg, granularities)
+            offset += len(passages)
+            bar.advance(len(passages))
+    if kept:
+        log.info("units: resumed, %d shards were already complete", kept)
+    if offset == 0:
+        raise DataError(src, None, None, "the corpus has no passages")
+    return offset

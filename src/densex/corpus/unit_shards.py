@@ -1,0 +1,161 @@
+"""The units stage's second pass: unit tables not made with the passage shards.
+
+Propositions (`{"id": passage_id, "propositions": [str, ...]}` JSONL) and a ready-made
+collection's units (`corpus.sources.<granularity>`: FactoidWiki's sentences / propositions)
+are streamed into `arrow/<granularity>/NNNNN.arrow` shards of `corpus.shard_units` units,
+each unit pointing at its passage's row. A unit of an unknown passage, or a passage with no
+propositions row, is a located `DataError` for `Skips`. Memory: one dict entry and one flag
+per passage, nothing per unit.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from densex.corpus.collections import iter_unit_batches
+from densex.corpus.columnar import UNIT_SCHEMA, ArrowTable, shard_path, write_shard
+from densex.corpus.readers import Skips
+from densex.corpus.segment import count_words
+from densex.corpus.units_key import DEFAULT_SHARD_UNITS
+from densex.utils.io import DataError, numbered_jsonl
+from densex.utils.progress import Progress
+
+__all__ = ["build_unit_tables"]
+
+
+def _check_proposition_row(
+    path: Any, lineno: int, row: dict[str, Any], row_of: dict[str, int], seen: np.ndarray,
+    skips: Skips,
+) -> tuple[int, list[str]] | None:  # fmt: skip
+    """(passage row, propositions) of one `{"id", "propositions"}` row, or None (skipped)."""
+    pid = row.get("id")
+    if not isinstance(pid, str) or not pid:
+        return skips(DataError(path, lineno, "id", "missing or empty"))
+    prow = row_of.get(pid)
+    if prow is None:
+        return skips(DataError(path, lineno, "id", f"unknown passage id {pid!r}"))
+    if seen[prow]:
+        return skips(DataError(path, lineno, "id", f"duplicate passage id {pid!r}"))
+    seen[prow] = True
+    props = row.get("propositions")
+    if not isinstance(props, list):
+        why = f"expected a list, got {type(props).__name__}"
+        return skips(DataError(path, lineno, "propositions", why))
+    kept = []
+    for i, p in enumerate(props):
+        if isinstance(p, str) and p.strip():
+            kept.append(p.strip())
+        else:
+            skips(DataError(path, lineno, f"propositions[{i}]", "empty or not a string"))
+    if not kept:
+        return skips(DataError(path, lineno, "propositions", "no propositions"))
+    return prow, kept
+
+
+class _UnitShards:
+    """Unit rows appended one by one, written as `arrow/<granularity>/NNNNN.arrow` shards of
+    `shard_units` rows (always at least one shard, possibly empty)."""
+
+    def __init__(self, out: Path, granularity: str, shard_units: int) -> None:
+        self.dir, self.shard_units, self.index = out / "arrow" / granularity, shard_units, 0
+        shutil.rmtree(self.dir, ignore_errors=True)
+        self.cols: dict[str, list] = {f.name: [] for f in UNIT_SCHEMA}
+
+    def add(self, uid: str, pid: str, prow: int, text: str) -> None:
+        for key, value in zip(("id", "passage_id", "passage_row", "text", "words"),
+                              (uid, pid, prow, text, count_words(text))):  # fmt: skip
+            self.cols[key].append(value)
+        if len(self.cols["id"]) >= self.shard_units:
+            self.flush()
+
+    def flush(self) -> None:
+        write_shard(shard_path(self.dir, self.index), self.cols, UNIT_SCHEMA)
+        self.cols, self.index = {f.name: [] for f in UNIT_SCHEMA}, self.index + 1
+
+    def close(self) -> None:
+        if self.cols["id"] or self.index == 0:
+            self.flush()
+
+
+def _passage_rows(passages: ArrowTable) -> dict[str, int]:
+    """Passage id -> row: one dict entry per passage (the only per-passage map built)."""
+    return {pid: i for i, pid in enumerate(passages.slice("id", 0, len(passages)))}
+
+
+def _build_proposition_shards(
+    path: str | os.PathLike, passages: ArrowTable, row_of: dict[str, int], out: Path,
+    skips: Skips, shard_units: int,
+) -> None:  # fmt: skip
+    """Proposition units from `{"id": passage_id, "propositions": [str, ...]}` JSONL, in the
+    file's row order, streamed into shards. Every passage must have a row and every row a known
+    passage, so a truncated or mismatched file fails loudly (or, with `on_error="skip"`, every
+    gap is counted). Memory: one dict entry and one flag per passage, nothing per unit."""
+    seen = np.zeros(len(passages), dtype=bool)
+    shards = _UnitShards(out, "proposition", shard_units)
+    with Progress("units: propositions", unit="passages") as bar:
+        for lineno, row in numbered_jsonl(path, on_error=skips):
+            checked = _check_proposition_row(path, lineno, row, row_of, seen, skips)
+            bar.advance(1)
+            if checked is not None:
+                prow, props = checked
+                for i, text in enumerate(props):
+                    shards.add(f"{row['id']}::p{i}", row["id"], prow, text)
+    shards.close()
+    for prow in np.flatnonzero(~seen).tolist():
+        pid = passages.slice("id", prow, prow + 1)[0]
+        skips(DataError(path, None, "id", f"passage {pid!r} has no propositions row"))
+
+
+def _build_collection_shards(
+    source_cfg: Mapping[str, Any], granularity: str, row_of: dict[str, int], out: Path,
+    skips: Skips, shard_units: int,
+) -> None:  # fmt: skip
+    """Units of a ready-made collection (`corpus.sources.<granularity>`: FactoidWiki's
+    sentences / propositions), passage by the source's mapping rule, streamed into shards in
+    the collection's order; a unit of an unknown passage is a located `DataError`."""
+
+    shards = _UnitShards(out, granularity, shard_units)
+    source = str(source_cfg.get("path"))
+    with Progress(f"units: {granularity}", unit="units") as bar:
+        for batch in iter_unit_batches(source_cfg, skips, 10_000):
+            for u in batch:
+                prow = row_of.get(u["passage_id"])
+                if prow is None:
+                    why = f"unit {u['id']!r}: unknown passage {u['passage_id']!r}"
+                    skips(DataError(source, None, "passage_id", why))
+                    continue
+                shards.add(u["id"], u["passage_id"], prow, u["text"])
+            bar.advance(len(batch))
+    shards.close()
+
+
+def build_unit_tables(
+    corpus_cfg: Mapping[str, Any], out: Path, passages: ArrowTable, wanted: Sequence[str],
+    propositions_path: str | os.PathLike | None, skips: Skips,
+) -> list[str]:  # fmt: skip
+    """The unit tables beyond the passage shards' own (a collection's sentences/propositions,
+    the propositions file); returns the granularities built, in order."""
+    sources = dict(corpus_cfg.get("sources") or {})
+    shard_units = int(corpus_cfg.get("shard_units") or DEFAULT_SHARD_UNITS)
+    props_path = propositions_path or corpus_cfg.get("propositions")
+    grans = []
+    row_of: dict[str, int] | None = None  # passage id -> row, built once if any table needs it
+    for g in wanted:
+        if g != "passage" and (sources.get(g) or (g == "proposition" and props_path)):
+            row_of = row_of if row_of is not None else _passage_rows(passages)
+        if sources.get(g) and g != "passage":
+            _build_collection_shards(sources[g], g, row_of, out, skips, shard_units)
+        elif g == "proposition":
+            if not props_path:
+                shutil.rmtree(out / "arrow" / "proposition", ignore_errors=True)
+                (out / "proposition.jsonl").unlink(missing_ok=True)
+                continue
+            _build_proposition_shards(props_path, passages, row_of, out, skips, shard_units)
+        grans.append(g)
+    return grans
