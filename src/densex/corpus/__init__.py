@@ -3,8 +3,9 @@
 from densex.corpus.documents import read_documents
 from densex.corpus.readers import Skips, read_passages
 from densex.corpus.segment import chunk_sentences, load_sentencizer, split_sentences
+from densex.corpus.spec import GRANULARITIES
 from densex.corpus.units import UnitFiles, build_units, print_unit_table, unit_stats
-from densex.corpus.units_key import GRANULARITIES, units_dir_for
+from densex.corpus.units_key import units_dir_for
 
 __all__ = [
     "GRANULARITIES",

@@ -1,13 +1,14 @@
 """What a units directory depends on: the corpus config's unit settings and their content key.
 
-The settings (`corpus.segmentation`, `corpus.granularities`, shard sizes) get their defaults
-here, once. `units_key` hashes everything the unit files depend on (inputs, segmentation,
+The settings (`corpus.segmentation`, `corpus.granularities`, shard sizes) take their defaults
+from the corpus schema (`corpus/spec.py`), for callers that pass a plain dict. `units_key` hashes everything the unit files depend on (inputs, segmentation,
 sentencizer, format version); `units_dir_for` is the cache directory index and evaluate share;
 `input_record` is the manifest's record of the inputs. A missing input file is a `DataError`.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from collections.abc import Mapping
@@ -15,13 +16,13 @@ from pathlib import Path
 from typing import Any
 
 from densex.corpus.segment import sentencizer_id
+from densex.corpus.spec import GRANULARITIES, CorpusSpec, SegmentationSpec
 from densex.utils.cache import artifact_dir, content_key, hash_file
 from densex.utils.io import DataError
 
 __all__ = [
     "DEFAULT_SHARD_ROWS",
     "DEFAULT_SHARD_UNITS",
-    "GRANULARITIES",
     "UNITS_FORMAT_VERSION",
     "input_record",
     "segmentation_settings",
@@ -30,17 +31,11 @@ __all__ = [
     "wanted_granularities",
 ]
 
-GRANULARITIES = ("passage", "sentence", "proposition")
 # Bump when the unit files' content or layout changes, so old caches are not reused.
 UNITS_FORMAT_VERSION = 2  # 2: Arrow shards beside the JSONL files
-_DEFAULT_SEGMENTATION = {
-    "max_words": 100,
-    "min_tail_words": 50,
-    "spacy_model": "en_core_web_lg",
-    "n_process": 1,
-}
-DEFAULT_SHARD_ROWS = 20_000  # source rows (passages or documents) per passage shard
-DEFAULT_SHARD_UNITS = 200_000  # units per proposition shard
+_DEFAULT_SEGMENTATION = dataclasses.asdict(SegmentationSpec())
+DEFAULT_SHARD_ROWS = CorpusSpec.shard_rows  # source rows (passages or documents) per shard
+DEFAULT_SHARD_UNITS = CorpusSpec.shard_units  # units per proposition shard
 
 
 def segmentation_settings(corpus_cfg: Mapping[str, Any]) -> dict[str, Any]:

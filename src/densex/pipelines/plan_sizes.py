@@ -13,7 +13,8 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-GRANULARITIES = ("passage", "sentence", "proposition")
+from densex.corpus.spec import GRANULARITIES
+
 GB = 1e9
 
 # Table 1 of Chen et al. (2023): English Wikipedia 2021-10-13 (FactoidWiki); also in

@@ -42,6 +42,7 @@ from densex.pipelines.preflight_sizes import (
     human_bytes,
     warn_space,
 )
+from densex.pipelines.schemas import typed_groups
 from densex.utils.io import DataError
 from densex.utils.logging import get_logger, setup_logging
 
@@ -82,6 +83,10 @@ def preflight(cfg: DictConfig, entry: str) -> dict[str, Any]:
     was found (`inputs`, `models`, `n_questions`, `estimate_bytes`). Raises `PreflightError`."""
     if entry not in ENTRIES:
         raise ValueError(f"entry must be one of {ENTRIES}, got {entry!r}")
+    try:
+        typed_groups(cfg)  # every typed group's values (allowed choices, required keys)
+    except ValueError as e:
+        raise PreflightError(str(e)) from e
     if cfg.get("preflight") is False or (entry == "index" and cfg.get("stage") == "plan"):
         return {}  # stage=plan reads no input and loads no model: nothing to check
     info: dict[str, Any] = {"inputs": {}, "models": {}}

@@ -16,6 +16,7 @@ from typing import Any
 from omegaconf import DictConfig
 
 from densex.pipelines.index import generated_propositions, generated_propositions_path
+from densex.pipelines.specs import GENERATE_MODES, PROPOSITION_SUBSETS
 from densex.propositionizer.quality import (
     parse_outcomes,
     read_generation_manifest,
@@ -29,8 +30,6 @@ from densex.utils.logging import get_logger
 
 log = get_logger("densex.pipelines.propositions")  # the stage's log lines keep its name
 
-SUBSETS = ("all", "validation", "train")
-GENERATE = ("auto", "subset", "corpus")
 DEFAULT_VAL_FRACTION = 0.1  # conf/data/squad-open.yaml
 
 
@@ -83,8 +82,8 @@ def select_passages(
 ) -> list[dict[str, Any]]:
     """The passages of `subset` (all | validation | train, by article), first `limit` kept."""
 
-    if subset not in SUBSETS:
-        raise ValueError(f"task.subset must be one of {SUBSETS}, got {subset!r}")
+    if subset not in PROPOSITION_SUBSETS:
+        raise ValueError(f"task.subset must be one of {PROPOSITION_SUBSETS}, got {subset!r}")
     if subset == "all":
         chosen = list(passages)
     else:
@@ -110,8 +109,8 @@ def generate_predictions(
     index pipeline's cache (`task.generate`: auto | subset | corpus, see conf/task)."""
 
     mode = str(cfg.task.get("generate", "auto"))
-    if mode not in GENERATE:
-        raise ValueError(f"task.generate must be one of {GENERATE}, got {mode!r}")
+    if mode not in GENERATE_MODES:
+        raise ValueError(f"task.generate must be one of {GENERATE_MODES}, got {mode!r}")
     corpus_path = generated_propositions_path(cfg, passages_path)
     if mode == "corpus" or (mode == "auto" and corpus_path.exists()):
         return generated_propositions(cfg, passages_path)

@@ -4,12 +4,18 @@ Each group's YAML files start with `defaults: [schema, _self_]` and so are compo
 typed dataclass: its defaults are stated once (in the dataclass), a file names only what
 differs, values are type-checked, and a misspelt key fails at composition naming the file and
 key. `OmegaConf.to_object(cfg.<group>)` (or the dataclass's `from_cfg`) gives the validated
-object. The entry scripts and the tests' compose helper call `register_configs()` first.
+object. The entry scripts and the tests' compose helper call `register_configs()` first;
+preflight builds every group's object (`typed_groups`) before any work, so a bad value is
+reported at once, naming its key.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 from hydra.core.config_store import ConfigStore
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 
 from densex.corpus.spec import CorpusSpec
 from densex.data.spec import DatasetSpec
@@ -46,3 +52,20 @@ def register_configs() -> None:
     store = ConfigStore.instance()
     for (group, name), node in SCHEMAS.items():
         store.store(group=group, name=name, node=node)
+
+
+def typed_groups(cfg: DictConfig) -> dict[str, Any]:
+    """`{group: validated object}` for each group of `cfg` composed onto a registered schema
+    (`OmegaConf.to_object`, so each dataclass's `__post_init__` checks run); a bad or missing
+    value is a ValueError naming the config key."""
+    schemas = set(SCHEMAS.values())
+    objects: dict[str, Any] = {}
+    for key in cfg:
+        node = cfg.get(key)
+        if not isinstance(node, DictConfig) or OmegaConf.get_type(node) not in schemas:
+            continue
+        try:
+            objects[str(key)] = OmegaConf.to_object(node)
+        except (ValueError, OmegaConfBaseException) as e:
+            raise ValueError(f"config group {key}: {e}") from e
+    return objects

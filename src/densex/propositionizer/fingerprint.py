@@ -47,7 +47,7 @@ def model_fingerprint(model: str, cache_dir: str | os.PathLike | None = None) ->
     return {"hub_id": model, "commit": hub_commit(model, cache_dir)}
 
 
-def effective_dtype(name: str, trainer_cfg: Mapping[str, Any] | Any = None) -> str:
+def effective_dtype(name: str, trainer_cfg: Mapping[str, Any] = None) -> str:
     """The dtype generation runs in: `float32|bfloat16|float16`, with `auto` resolved for the
     trainer's accelerator (bfloat16 on a bf16 CUDA GPU, float32 on CPU and elsewhere)."""
     accel = (trainer_cfg.get("accelerator") if trainer_cfg is not None else None) or "auto"

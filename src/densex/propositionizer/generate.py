@@ -25,9 +25,9 @@ __all__ = ["generate_propositions"]
 
 def generate_propositions(
     passages_path: str | os.PathLike,
-    propositionizer_cfg: Mapping[str, Any] | Any,
+    propositionizer_cfg: Mapping[str, Any],
     out_path: str | os.PathLike,
-    trainer_cfg: Mapping[str, Any] | Any = None,
+    trainer_cfg: Mapping[str, Any] = None,
 ) -> Path:
     """Write `{"id", "propositions"}` for every passage of `passages_path` to `out_path`.
 

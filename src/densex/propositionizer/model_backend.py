@@ -112,7 +112,7 @@ def _collect_shards(shards: Sequence[Mapping[str, Any]], shard_dir: Path) -> tup
 def generate_with_model(
     passages: list[dict[str, Any]],
     passages_path: Path,
-    cfg: Mapping[str, Any] | Any,
+    cfg: Mapping[str, Any],
     out_path: Path,
     trainer_cfg: Any,
     skipped: Mapping[str, Any] | None = None,

@@ -30,9 +30,7 @@ _TEACHER_ARGS = {"prompt": "prompt_path"}
 _NOT_FROM_CONFIG = {"model", "sleep", "limits", "price_prompt_per_1m", "price_completion_per_1m"}
 
 
-def teacher_from_config(
-    cfg: Mapping[str, Any] | Any, default_cache_dir: str | os.PathLike
-) -> Teacher:
+def teacher_from_config(cfg: Mapping[str, Any], default_cache_dir: str | os.PathLike) -> Teacher:
     """A `Teacher` from a propositionizer config: its non-null keys that name `Teacher`
     arguments (`prompt` for `prompt_path`, `prices.*_per_1m`), defaults from `Teacher` itself;
     `cache_dir` falls back to `default_cache_dir`."""

@@ -26,7 +26,7 @@ from densex.utils.integrity import DamagedArtifact, file_records, verify_files
 from densex.utils.io import DataError, mkdtemp, read_json, read_jsonl, write_json, write_manifest
 
 
-def bm25_settings(cfg: Mapping[str, Any] | Any) -> dict[str, Any]:
+def bm25_settings(cfg: Mapping[str, Any]) -> dict[str, Any]:
     """Validated settings of a `conf/retriever/bm25.yaml` node (unknown keys are an error)."""
     return dataclasses.asdict(from_config(BM25Spec, cfg, strict=True))
 
@@ -66,7 +66,7 @@ class BM25Searcher:
         return len(self.unit_ids)
 
     @classmethod
-    def build(cls, units_path: str | Path, cfg: Mapping[str, Any] | Any) -> BM25Searcher:
+    def build(cls, units_path: str | Path, cfg: Mapping[str, Any]) -> BM25Searcher:
         settings = bm25_settings(cfg)
         ids, texts = [], []
         for row in read_jsonl(units_path, required=("id", "text")):

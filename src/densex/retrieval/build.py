@@ -133,10 +133,10 @@ def embeddings_dir(
 
 def load_or_build_searcher(
     units_path: str | Path,
-    retriever_cfg: Mapping[str, Any] | Any,
-    index_cfg: Mapping[str, Any] | Any | None,
+    retriever_cfg: Mapping[str, Any],
+    index_cfg: Mapping[str, Any] | None,
     cache_dir: str | Path,
-    trainer_cfg: Mapping[str, Any] | Any | None = None,
+    trainer_cfg: Mapping[str, Any] | None = None,
     shard_size: int | None = None,
 ) -> UnitSearcher:
     """The searcher for (units, retriever, index), built once per content key and then loaded.

@@ -87,9 +87,9 @@ def _truncation_summary(out: Path, plan: Sequence[tuple[int, int]]) -> dict[str,
 
 def encode_units_to_dir(
     units_path: str | Path,
-    retriever_cfg: Mapping[str, Any] | Any,
+    retriever_cfg: Mapping[str, Any],
     out_dir: str | Path,
-    trainer_cfg: Mapping[str, Any] | Any | None = None,
+    trainer_cfg: Mapping[str, Any] | None = None,
     shard_size: int = 50_000,
     dtype: str | None = None,
 ) -> EmbeddingStore:

@@ -133,7 +133,7 @@ class UnitsProgressBar(RichProgressBar):
         super().on_predict_batch_end(trainer, pl_module, outputs, batch, batch_idx, dataloader_idx)
 
 
-def units_progress_bar(trainer_cfg: Mapping[str, Any] | Any | None) -> list:
+def units_progress_bar(trainer_cfg: Mapping[str, Any] | None) -> list:
     """`[UnitsProgressBar()]` on a terminal, `[]` when the trainer config turns progress bars
     off or stderr is not a terminal."""
     enabled = trainer_cfg.get("enable_progress_bar", True) if trainer_cfg is not None else True

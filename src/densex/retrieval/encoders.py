@@ -276,6 +276,6 @@ def _resolve_max_length(encoder: TextEncoder, max_length: int | None) -> int:
     return limit if 0 < limit < 1_000_000 else 512
 
 
-def build_retriever(retriever_cfg: Mapping[str, Any] | Any) -> DenseRetriever:
+def build_retriever(retriever_cfg: Mapping[str, Any]) -> DenseRetriever:
     """A `DenseRetriever` from a `conf/retriever/*.yaml` node (dense and hash retrievers)."""
     return DenseRetriever(RetrieverSpec.from_cfg(retriever_cfg))

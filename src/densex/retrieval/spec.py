@@ -86,7 +86,7 @@ class RetrieverSpec:
                 raise ValueError(f"retriever {self.name!r}: dim is only for type hash")
 
     @classmethod
-    def from_cfg(cls, cfg: Mapping[str, Any] | Any) -> RetrieverSpec:
+    def from_cfg(cls, cfg: Mapping[str, Any]) -> RetrieverSpec:
         """From a Hydra node or dict; unknown keys are an error (a typo must not be ignored)."""
         if isinstance(cfg, RetrieverSpec):
             return cfg
@@ -143,7 +143,7 @@ class IndexSpec:
     blas_threshold: int | None = None
 
     @classmethod
-    def from_cfg(cls, cfg: Mapping[str, Any] | Any | None) -> IndexSpec:
+    def from_cfg(cls, cfg: Mapping[str, Any] | None) -> IndexSpec:
         """From a `conf/index` node or dict (None = the defaults); unknown keys are an error."""
         if isinstance(cfg, IndexSpec):
             return cfg

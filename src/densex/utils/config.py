@@ -26,7 +26,7 @@ def plain_data(value: Any) -> Any:
 
 
 def from_config(
-    cls: type[T], cfg: Mapping[str, Any] | Any | None, *, strict: bool = False, **overrides: Any
+    cls: type[T], cfg: Mapping[str, Any] | None, *, strict: bool = False, **overrides: Any
 ) -> T:
     """An instance of dataclass `cls` from the non-null keys of `cfg` that name its fields.
 

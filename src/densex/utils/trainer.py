@@ -93,7 +93,7 @@ def multirun_safe_strategy(strategy: Any, devices: Any = 1, num_nodes: Any = 1) 
 
 
 def trainer_kwargs(
-    trainer_cfg: Mapping[str, Any] | Any | None,
+    trainer_cfg: Mapping[str, Any] | None,
     root_dir: str | Path | None = None,
     precision: str | int | None = None,
 ) -> dict[str, Any]:
@@ -134,7 +134,7 @@ def trainer_kwargs(
 
 
 def predict_trainer(
-    trainer_cfg: Mapping[str, Any] | Any | None,
+    trainer_cfg: Mapping[str, Any] | None,
     root_dir: str | Path | None = None,
     callbacks: Sequence[Any] = (),
     precision: str | int | None = None,
