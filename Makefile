@@ -23,6 +23,7 @@ lint: setup
 	$(PY) -m ruff check src tests benchmarks scripts *.py
 	$(PY) -m ruff format --check src tests benchmarks scripts *.py
 	PYTHONPATH=src .venv/bin/lint-imports --no-cache
+	$(PY) scripts/long_functions.py --check src
 
 bench: setup
 	for f in benchmarks/*.py; do $(PY) $$f || exit 1; done

@@ -19,6 +19,8 @@ from omegaconf import DictConfig, OmegaConf
 
 from densex.corpus.units import build_units, print_unit_table, unit_stats
 from densex.corpus.units_key import units_dir_for
+from densex.propositionizer.output import manifest_path
+from densex.retrieval.spec import RetrieverSpec
 from densex.utils.cache import artifact_dir, content_key, hash_file
 from densex.utils.distributed import global_rank
 from densex.utils.integrity import configure, handle_damage, remove_orphans, verify_files
@@ -85,7 +87,6 @@ def generated_propositions(cfg: DictConfig, passages_path: Path) -> Path:
 def _propositions_intact(path: Path) -> bool:
     """Whether a cached propositions file matches the size + hash its manifest recorded;
     damaged (or unrecorded) ones are reported and regenerated (`cache.on_damaged`)."""
-    from densex.propositionizer.output import manifest_path  # transformers
 
     try:
         record = read_json(manifest_path(path)).get("file")
@@ -162,7 +163,6 @@ def embed_units(cfg: DictConfig, units_path: Path) -> Path | None:
     # torch loads only for the embed stage
     from densex.retrieval.build import default_shard_size, embeddings_dir
     from densex.retrieval.encode import encode_units_to_dir
-    from densex.retrieval.spec import RetrieverSpec
 
     if cfg.retriever.get("type", "dense") == "sparse":
         log.info(

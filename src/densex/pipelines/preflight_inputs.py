@@ -17,6 +17,7 @@ from typing import Any
 
 from omegaconf import DictConfig
 
+from densex.data.questions import load_dataset_questions
 from densex.pipelines.preflight_hub import PreflightError, first_line, hf_dataset_source
 from densex.utils.io import DataError, check_fields
 
@@ -130,9 +131,6 @@ def check_dataset(dataset: DictConfig, limit: Any = None) -> int:
         raise PreflightError(
             f"dataset.path={path}: file not found (dataset={dataset.get('name')}, format {fmt})"
         )
-    # lazy: data.questions pulls torch + spaCy (~4 s); preflight itself loads in 0.2 s
-    from densex.data.questions import load_dataset_questions
-
     try:
         questions = load_dataset_questions(dataset, limit=int(limit) if limit else None)
     except DataError as e:
