@@ -36,7 +36,7 @@ STAGES = ("units", "propositions", "embed", "index", "all", "plan")
 def propositions_key(cfg: DictConfig, passages_path: Path) -> str:
     """Cache key of generated propositions: the passages, the settings, and the content behind
     them that a path string hides: the model checkpoint's files (the fingerprint
-    `generate.py` keys its shards with) and the teacher's prompt template (sha256)."""
+    `model_backend.py` keys its shards with) and the teacher's prompt template (sha256)."""
     # the propositionizer (transformers) loads only when propositions are generated
     from densex.propositionizer.fingerprint import effective_dtype, model_fingerprint
 
