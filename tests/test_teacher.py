@@ -521,3 +521,25 @@ def test_orphaned_cache_temps_of_dead_runs_are_removed(data, env, tmp_path, repo
         assert sorted(cache.rglob("*.json")) == replies and len(server.requests) == 6
     finally:
         server.close()
+
+
+def test_teacher_settings_defaults_are_the_teachers_own() -> None:
+    """The `propositionizer=teacher` schema states `Teacher`'s defaults; they may not drift."""
+    import dataclasses
+    import inspect
+
+    from densex.propositionizer.settings import TeacherSettings
+    from densex.propositionizer.teacher import Teacher
+
+    params = inspect.signature(Teacher).parameters
+    renamed = {"prompt": "prompt_path"}
+    compared = []
+    for f in dataclasses.fields(TeacherSettings):
+        arg = params.get(renamed.get(f.name, f.name))
+        if arg is None or arg.default is inspect.Parameter.empty or f.name == "cache_dir":
+            continue  # not a Teacher argument, required, or resolved by the caller (cache_dir)
+        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
+        expected = list(arg.default) if isinstance(arg.default, tuple) else arg.default
+        assert default == expected, f.name
+        compared.append(f.name)
+    assert len(compared) >= 12, compared  # every shared argument was checked
