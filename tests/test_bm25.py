@@ -84,3 +84,17 @@ def test_bm25_recall_on_squad_open(squad_open: Path, tmp_path: Path, repo_root) 
     ]
     recall = float(np.mean(hit))
     assert recall > 0.7, recall
+
+
+def test_stemmer_english_matches_word_forms(tiny_units: Path) -> None:
+    """`stemmer: english` (PyStemmer, stemmed one word at a time as bm25s asks): "apples" and
+    "fruits" find the units that say "apple" and "fruit"; without stemming they find none."""
+    pytest.importorskip("Stemmer")
+    query = ["apples fruits"]
+    plain = BM25Searcher.build(tiny_units, {"name": "bm25"})
+    assert (plain.search(query, 2)[1] == -1).all()
+    stemmed = BM25Searcher.build(tiny_units, {"name": "bm25", "stemmer": "english"})
+    scores, rows = stemmed.search(query, 4)
+    assert set(rows[0][:3].tolist()) == {0, 1, 2}
+    assert rows[0][0] == 0  # "red apple red fruit": both stems
+    assert rows[0][3] == -1  # "quantum chromodynamics": no stem in common

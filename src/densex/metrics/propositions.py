@@ -22,12 +22,14 @@ import unicodedata
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import Any
 
 __all__ = [
     "STOPWORDS_NAME",
     "PropositionWordStats",
     "content_words",
     "coverage",
+    "snowball",
     "stemmer",
     "stopwords",
     "unsupported",
@@ -40,15 +42,23 @@ _WORD = re.compile(r"[^\W_]+")
 Stem = Callable[[list[str]], list[str]]
 
 
-def stemmer(name: str | None) -> Stem | None:
-    """PyStemmer's `stemWords` for a Snowball language (e.g. "english"); None for None."""
+def snowball(name: str | None) -> Any:
+    """PyStemmer's `Stemmer.Stemmer` for a Snowball language (e.g. "english"); None for None.
+    `stemWords` stems a list (content words), `stemWord` one word (what bm25s calls)."""
     if not name:
         return None
     try:
         import Stemmer
     except ImportError as e:
-        raise ImportError("stemming content words needs PyStemmer: pip install PyStemmer") from e
-    return Stemmer.Stemmer(name).stemWords
+        raise ImportError("stemming needs PyStemmer: pip install PyStemmer") from e
+    return Stemmer.Stemmer(name)
+
+
+def stemmer(name: str | None) -> Stem | None:
+    """PyStemmer's `stemWords` (a list of words -> their stems) for a Snowball language; None
+    for None."""
+    snow = snowball(name)
+    return snow.stemWords if snow is not None else None
 
 
 @lru_cache(maxsize=1)

@@ -18,7 +18,7 @@ import bm25s
 import numpy as np
 from bm25s.tokenization import Tokenizer
 
-from densex.metrics.propositions import stemmer
+from densex.metrics.propositions import snowball
 from densex.retrieval.spec import BM25Spec
 from densex.utils.bm25 import bm25_index, bm25_search, bm25_tokenizer
 from densex.utils.config import from_config
@@ -35,7 +35,8 @@ def _tokenizer(settings: Mapping[str, Any]) -> Tokenizer:
     return bm25_tokenizer(
         lower=settings["lower"],
         stopwords=settings["stopwords"] or [],
-        stemmer=stemmer(settings["stemmer"]),
+        # bm25s stems one word at a time: the Stemmer object (its `stemWord`), not `stemWords`
+        stemmer=snowball(settings["stemmer"]),
     )
 
 
