@@ -272,6 +272,18 @@ def test_ddp_spawn_two_processes_match_one(tiny_t5, squad_open, tmp_path):
     assert json.loads(manifest_path(two).read_text())["shards"]["generated"] == 4
 
 
+def test_more_processes_than_shards(tiny_t5, squad_open, tmp_path):
+    """2 processes, 1 shard: the idle rank generates one probe passage (Lightning wants a batch
+    on every rank) that it never writes; the file equals one process's."""
+    passages_path, _ = _first_passages(squad_open, tmp_path, 3)
+    one = generate_propositions(passages_path, _cfg(tiny_t5), tmp_path / "one" / "p.jsonl", TRAINER)
+    ddp = {**TRAINER, "devices": 2, "strategy": "ddp_spawn"}
+    two = generate_propositions(passages_path, _cfg(tiny_t5), tmp_path / "two" / "p.jsonl", ddp)
+    assert two.read_bytes() == one.read_bytes()
+    shards = json.loads(manifest_path(two).read_text())["shards"]
+    assert (shards["total"], shards["generated"]) == (1, 1)
+
+
 def test_passages_are_read_by_the_corpus_reader(tiny_t5, tmp_path, monkeypatch):
     """generate reads passages with `densex.corpus.readers.read_passages`: a missing title is
     "" (the source format has one), blank text is a located error, `on_error: skip` drops it."""

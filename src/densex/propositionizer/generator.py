@@ -72,6 +72,13 @@ class PropositionGenerator(pl.LightningModule):
     def predict_dataloader(self) -> DataLoader:
         rank, world = self.trainer.global_rank, self.trainer.world_size
         mine = rank_share(self.shards, rank, world)
+        if not mine and self.shards:
+            # more ranks than pending shards: Lightning wants a batch on every rank, so an idle
+            # rank generates for one passage of the first shard, which its writer never writes
+            first = self.shards[0]
+            mine = [
+                {**first, "ids": first["ids"][:1], "sources": first["sources"][:1], "probe": True}
+            ]
         return DataLoader(mine, batch_size=1, shuffle=False, collate_fn=_only)
 
     def generate(self, sources: Sequence[str]) -> tuple[list[str], list[bool]]:
@@ -90,7 +97,14 @@ class PropositionGenerator(pl.LightningModule):
 
     def predict_step(self, batch: Mapping[str, Any], batch_idx: int) -> dict[str, Any]:
         texts, cut = self.generate(batch["sources"])
-        return {"shard": batch["shard"], "ids": batch["ids"], "raw": texts, "cut": cut}
+        probe = bool(batch.get("probe"))  # an idle rank's probe: never written
+        return {
+            "shard": batch["shard"],
+            "ids": batch["ids"],
+            "raw": texts,
+            "cut": cut,
+            "probe": probe,
+        }
 
 
 def _only(batch: list[Any]) -> Any:
@@ -108,6 +122,8 @@ class PropositionShardWriter(BasePredictionWriter):
     def write_on_batch_end(
         self, trainer, pl_module, prediction, batch_indices, batch, batch_idx, dataloader_idx=0
     ) -> None:
+        if prediction.get("probe"):
+            return
         rows = (
             {"id": i, "raw": r, "cut": c}
             for i, r, c in zip(prediction["ids"], prediction["raw"], prediction["cut"])
