@@ -90,7 +90,7 @@ def match_answers(
     gz = ".gz" if with_text or cfg.get("retrieval_gzip", True) else ""
     hits, samples = write_retrieval_files(
         out_dir, gz, questions, results, cell.passages, k,
-        str(cfg.dataset.get("match", "string")), with_text, int(cfg.get("log_samples", 0) or 0),
+        str(cfg.dataset.match), with_text, int(cfg.get("log_samples", 0) or 0),
     )  # fmt: skip
     curve = recall_at_each_k(hits)
     times["match"] = time.perf_counter() - t0

@@ -88,12 +88,12 @@ def load_questions(cfg: DictConfig) -> tuple[list[dict], dict[str, Any]]:
 
     limit = cfg.get("limit_questions")
     unmatchable: list = []  # regex answers that NFD breaks: kept (as DPR does), counted
-    q_skips = Skips(cfg.dataset.get("on_error") or "raise")  # on_error=skip: counted in the row
+    q_skips = Skips(cfg.dataset.on_error)  # on_error=skip: counted in the row
     questions = load_dataset_questions(
         cfg.dataset, limit=int(limit) if limit else None, unmatchable=unmatchable, skips=q_skips
     )
     if not questions:
-        raise DataError(str(cfg.dataset.get("path", cfg.dataset)), None, None, "no questions")
+        raise DataError(str(cfg.dataset.path), None, None, "no questions")
     info = {
         "n_unmatchable_answers": len(unmatchable),
         "n_questions_skipped": q_skips.total,

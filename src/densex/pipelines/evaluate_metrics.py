@@ -60,7 +60,7 @@ def cell_qa_metrics(
         budget,
         max_words,
         out_dir,
-        match_type=str(cfg.dataset.get("match", "string")),
+        match_type=str(cfg.dataset.match),
         per_question=per_q,
     )
     return qa or {}

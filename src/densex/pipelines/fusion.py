@@ -82,7 +82,7 @@ def fusion_keys(cfg: DictConfig) -> dict[str, Any]:
     members = _members_cfg(cfg)
     grans = list(dict.fromkeys(g for g, _ in members))
     rets = list(dict.fromkeys(str(_name(r)) for _, r in members))
-    keys: dict[str, Any] = {"fusion": str(cfg.fusion.get("name") or "rrf")}
+    keys: dict[str, Any] = {"fusion": str(cfg.fusion.name)}
     keys["granularity"] = "rrf:" + "+".join(grans) if len(grans) > 1 else grans[0]
     if len(rets) > 1:
         keys["retriever"] = "+".join(rets)
@@ -184,7 +184,7 @@ def fused_retrieval(
     """Each member retrieves `max(k, fusion.depth)` passages and the units covering
     `need_words` words; the rankings are fused by RRF (passages cut to k)."""
 
-    depth = max(k, int(cfg.fusion.get("depth") or k))
+    depth = max(k, int(cfg.fusion.depth))
     per_member = []
     for m in members.members:
         n = int(m.searcher.ntotal)
@@ -197,6 +197,4 @@ def fused_retrieval(
         fetch_units_for_words(m.searcher, queries, res, words, need_words)
         per_member.append(res)
         log.info("fusion member %s/%s: %d questions", _name(m.retriever), m.granularity, len(res))
-    return fuse_retrievals(
-        per_member, int(cfg.fusion.get("k") or 60), k, [m.offset for m in members.members]
-    )
+    return fuse_retrievals(per_member, int(cfg.fusion.k), k, [m.offset for m in members.members])

@@ -25,11 +25,10 @@ from densex.pipelines.plan_machine import (
 )
 from densex.pipelines.plan_sizes import FACTOID_WIKI, UNIT_OVERHEAD_BYTES, plan_rows
 from densex.pipelines.plan_tables import print_plan
+from densex.retrieval.spec import IndexSpec
 from densex.utils.config import plain_data
 
 __all__ = ["plan", "run_plan"]
-
-DEFAULT_MEMORY_BUDGET_GB = 2.0
 
 
 def factoid_wiki_units(corpus: Mapping[str, Any]) -> dict[str, dict]:
@@ -58,7 +57,7 @@ def plan(cfg: DictConfig | Mapping[str, Any]) -> list[dict[str, Any]]:
     cache_dir = str(cfg["paths"]["cache_dir"])
     box = machine(cfg.get("plan"), cache_dir)
     index_cfg = dict(plain_data(cfg.get("index")) or {})
-    budget = float(index_cfg.get("memory_budget_gb") or DEFAULT_MEMORY_BUDGET_GB)
+    budget = float(index_cfg.get("memory_budget_gb") or IndexSpec.memory_budget_gb)
     nprobe = int((index_cfg.get("params") or {}).get("nprobe") or 32)
     measured = measured_units_per_second(cache_dir, str(retriever.get("name")))
     flops = cpu_flops() if dim is not None else 1.0

@@ -73,7 +73,7 @@ def _collection(src: str, granularity: str) -> str:
 def _check_documents(corpus: DictConfig) -> str:
     """The corpus's `documents` (squad | jsonl | hf); returns their path or id."""
     src = corpus.get("documents")
-    fmt = str(corpus.get("documents_format", "squad"))
+    fmt = str(corpus.documents_format)
     if not src:
         raise PreflightError(
             f"corpus {corpus.get('name')!r}: set corpus.passages=FILE or corpus.documents=..."
@@ -81,7 +81,7 @@ def _check_documents(corpus: DictConfig) -> str:
     if fmt == "squad":
         _squad_json(str(src), "corpus.documents")
     elif fmt == "jsonl":
-        first_record(src, "corpus.documents", nonempty=(corpus.get("text_column", "text"),))
+        first_record(src, "corpus.documents", nonempty=(corpus.text_column,))
     elif fmt == "hf":
         hf_dataset_source(str(src), "corpus.documents")
     return str(src)
@@ -93,7 +93,7 @@ def check_corpus(cfg: DictConfig, entry: str) -> dict[str, str]:
     out: dict[str, str] = {}
     sources = corpus.get("sources") or {}
     if sources:  # ready-made collections (FactoidWiki): each local file/dir or cached hub id
-        wanted = list(corpus.get("granularities") or ("passage", "sentence", "proposition"))
+        wanted = list(corpus.granularities)
         for g, source in sources.items():
             if source and g in wanted:
                 out[f"corpus.sources.{g}"] = _collection(str(source.get("path")), g)
@@ -121,7 +121,7 @@ def check_corpus(cfg: DictConfig, entry: str) -> dict[str, str]:
 
 def check_dataset(dataset: DictConfig, limit: Any = None) -> int:
     """Load the dataset's questions (small files) and return how many there are."""
-    fmt = str(dataset.get("format", "jsonl"))
+    fmt = str(dataset.format)
     path = dataset.get("path")
     if fmt == "hf":
         hf_dataset_source(str(dataset.get("hf_name") or path), "dataset.hf_name")

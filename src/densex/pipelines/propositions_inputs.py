@@ -108,7 +108,7 @@ def generate_predictions(
     """Propositions of the selected passages by the configured propositionizer, through the
     index pipeline's cache (`task.generate`: auto | subset | corpus, see conf/task)."""
 
-    mode = str(cfg.task.get("generate", "auto"))
+    mode = str(cfg.task.generate)
     if mode not in GENERATE_MODES:
         raise ValueError(f"task.generate must be one of {GENERATE_MODES}, got {mode!r}")
     corpus_path = generated_propositions_path(cfg, passages_path)
@@ -181,7 +181,7 @@ def baselines_for(
     task: DictConfig, sentences_path: Any, evaluated: Sequence[dict[str, Any]]
 ) -> dict[str, dict[str, list[str]]]:
     """The `task.baselines` systems (built from the passages and their sentence units)."""
-    baselines = [str(b) for b in (task.get("baselines") or [])]
+    baselines = [str(b) for b in task.baselines]
     if not baselines:
         return {}
     sentences = group_units(sentences_path, [p["id"] for p in evaluated])
