@@ -18,11 +18,7 @@ import pytest  # noqa: E402
 from hypothesis import settings  # noqa: E402
 from omegaconf import DictConfig  # noqa: E402
 
-from densex.pipelines.schemas import register_configs  # noqa: E402
-from helpers.config import compose_config  # noqa: E402
-
-# the group schemas, as the entry scripts register them, for every test that composes a config
-register_configs()
+from helpers.config import compose_config  # noqa: E402  (registers the group schemas)
 
 settings.register_profile("ci", max_examples=200, deadline=None)
 settings.register_profile("dev", max_examples=100, deadline=None)

@@ -24,6 +24,7 @@ from densex.propositionizer.quality import (
 )
 from densex.report.propositions import baseline_systems
 from densex.utils.cache import artifact_dir, content_key, hash_file
+from densex.utils.config import check_choices
 from densex.utils.distributed import global_rank
 from densex.utils.io import DataError, numbered_jsonl, read_json, write_jsonl
 from densex.utils.logging import get_logger
@@ -82,8 +83,7 @@ def select_passages(
 ) -> list[dict[str, Any]]:
     """The passages of `subset` (all | validation | train, by article), first `limit` kept."""
 
-    if subset not in PROPOSITION_SUBSETS:
-        raise ValueError(f"task.subset must be one of {PROPOSITION_SUBSETS}, got {subset!r}")
+    check_choices("task", subset=(subset, PROPOSITION_SUBSETS))
     if subset == "all":
         chosen = list(passages)
     else:
@@ -109,8 +109,7 @@ def generate_predictions(
     index pipeline's cache (`task.generate`: auto | subset | corpus, see conf/task)."""
 
     mode = str(cfg.task.generate)
-    if mode not in GENERATE_MODES:
-        raise ValueError(f"task.generate must be one of {GENERATE_MODES}, got {mode!r}")
+    check_choices("task", generate=(mode, GENERATE_MODES))
     corpus_path = generated_propositions_path(cfg, passages_path)
     if mode == "corpus" or (mode == "auto" and corpus_path.exists()):
         return generated_propositions(cfg, passages_path)

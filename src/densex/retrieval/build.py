@@ -39,16 +39,6 @@ from densex.utils.logging import get_logger
 
 log = get_logger(__name__)
 
-SHARD_KEYS = (
-    "embedding_shard_size",
-    "shard_max_seconds",
-    "shard_units_per_second",
-    "shard_target_count",
-    "shard_min_size",
-    "shard_max_size",
-)
-SHARD_DEFAULTS = {k: v for k, v in dataclasses.asdict(CacheSpec()).items() if k in SHARD_KEYS}
-
 
 def shard_size_for(n_units: int, settings: Mapping[str, Any] | None = None) -> int:
     """Rows per embedding shard: `cache.embedding_shard_size` when it is an int, else (`auto`)
@@ -56,7 +46,8 @@ def shard_size_for(n_units: int, settings: Mapping[str, Any] | None = None) -> i
     shard_min_size, shard_max_size)`: a corpus has at least ~`shard_target_count` shards, a
     kill loses at most one shard per process, i.e. about `shard_max_seconds` of encoding at the
     assumed speed, and 257M units still get 50k-row shards (~5k files)."""
-    cfg = {**SHARD_DEFAULTS, **{k: v for k, v in (settings or {}).items() if v is not None}}
+    defaults = dataclasses.asdict(CacheSpec())  # the `cache` group's defaults
+    cfg = {**defaults, **{k: v for k, v in (settings or {}).items() if v is not None}}
     fixed = cfg["embedding_shard_size"]
     if str(fixed) != "auto":
         if int(fixed) < 1:

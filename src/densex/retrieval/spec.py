@@ -179,5 +179,4 @@ class BM25Spec:
     title_sep: str = " "
 
     def __post_init__(self) -> None:
-        if self.title not in ("prefix", "none"):
-            raise ValueError(f"bm25: title must be prefix or none, got {self.title!r}")
+        check_choices(f"retriever {self.name!r}", title=(self.title, ("prefix", "none")))

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from densex.utils.config import check_choices
 from densex.utils.io import DataError, tmp_tag
 from densex.utils.logging import get_logger
 
@@ -61,6 +62,9 @@ class CacheSpec:
     shard_min_size: int = 256
     shard_max_size: int = 50_000
 
+    def __post_init__(self) -> None:
+        check_choices("cache", on_damaged=(self.on_damaged, ON_DAMAGED))
+
 
 _DEFAULT_POLICY: dict[str, Any] = dataclasses.asdict(CacheSpec())
 _policy: dict[str, Any] = dict(_DEFAULT_POLICY)
@@ -79,10 +83,7 @@ def configure(cache_cfg: Mapping[str, Any] | None) -> dict[str, Any]:
     for key in cache_cfg or {}:
         if cache_cfg.get(key) is not None:
             _policy[str(key)] = cache_cfg.get(key)
-    if _policy["on_damaged"] not in ON_DAMAGED:
-        raise ValueError(
-            f"cache.on_damaged must be one of {ON_DAMAGED}, got {_policy['on_damaged']!r}"
-        )
+    check_choices("cache", on_damaged=(_policy["on_damaged"], ON_DAMAGED))
     _policy["verify"] = bool(_policy["verify"])
     return dict(_policy)
 
