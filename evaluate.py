@@ -1,4 +1,4 @@
-"""Hydra entry: search + metrics for one benchmark cell. Preflight, then the logic in `densex.pipelines.evaluate`."""
+"""Hydra entry: search + metrics for one benchmark cell. Preflight, then the logic in `densex.pipelines.evaluate.run`."""
 
 import os
 from pathlib import Path
@@ -14,7 +14,7 @@ register_configs()
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="evaluate")
 def main(cfg: DictConfig) -> float | None:
-    from densex.pipelines.preflight import main as run_entry
+    from densex.pipelines.preflight.run import main as run_entry
 
     return run_entry(cfg, "evaluate")
 

@@ -83,7 +83,7 @@ def _squad_cell(a: dict[str, Path], out: Path, *extra: str) -> list[str]:
 
 @pytest.fixture(scope="module")
 def sweep(repo_root, article, minilm_path, tmp_path_factory) -> Path:
-    from densex.pipelines.evaluate import run
+    from densex.pipelines.evaluate.run import run
 
     root = tmp_path_factory.mktemp("sweep")
     cells = [
@@ -186,7 +186,7 @@ def test_analyze_sweep_writes_significance_and_winloss(sweep):
 def test_beir_fixture_end_to_end(repo_root, article, minilm_path, tmp_path):
     """The BEIR copy of the corpus: the same ranking, so the same gold metrics as the SQuAD run
     (whose passage units hash the same, so the second run reuses the embeddings)."""
-    from densex.pipelines.evaluate import run
+    from densex.pipelines.evaluate.run import run
 
     run(_cfg(repo_root, _squad_cell(article, tmp_path / "squad", "granularity=passage")))
     out = tmp_path / "beir"

@@ -75,7 +75,7 @@ def test_union_searcher_is_one_index_over_all_units():
         us, ur = union.search(["0", "1", "2", "3", "4"], n)
         ws, wr = whole.search(["0", "1", "2", "3", "4"], n)
         assert (ur == wr).all()
-        np.testing.assert_allclose(us, ws, rtol=1e-6)
+        np.testing.assert_allclose(us, ws, rtol=1e-6, atol=1e-6)
     # passage search over the union = over the concatenated units (max over all units)
     unit_passages = rng.integers(0, 12, size=57)
     got = retrieve_passages(union, ["0", "1", "2"], unit_passages, 5)

@@ -22,7 +22,7 @@ import regex
 
 from densex.corpus.columnar import PASSAGE_SCHEMA, write_shard
 from densex.corpus.units import unit_tables
-from densex.pipelines.evaluate_metrics import recall_at_each_k
+from densex.pipelines.evaluate.metrics import recall_at_each_k
 from densex.utils.io import DataError, read_json
 from helpers.config import compose_config
 from helpers.env import subprocess_env
@@ -264,7 +264,7 @@ def test_multirun_writes_table2(repo_root, small, minilm_path, tmp_path):
 
 
 def test_index_units_stage_prints_table1(repo_root, small, tmp_path, capsys):
-    from densex.pipelines.index import run
+    from densex.pipelines.index.run import run
 
     overrides = [
         "corpus=squad-open",
@@ -374,7 +374,7 @@ def test_squad_open_benchmark_minilm(repo_root, squad_open, minilm_path, tmp_pat
 
 def test_index_generates_propositions_with_a_model(repo_root, small, tiny_t5, tmp_path):
     """propositionizer=model (a tiny random T5): generated, cached, and used for the units."""
-    from densex.pipelines.index import run
+    from densex.pipelines.index.run import run
 
     passages = tmp_path / "p.jsonl"
     passages.write_text("".join(small["P"].read_text().splitlines(keepends=True)[:3]))
@@ -413,7 +413,7 @@ def _compose_evaluate(repo_root: Path, overrides: list[str]):
 
 def test_answer_recall_does_not_depend_on_topk(repo_root, small, minilm_path, tmp_path):
     """Passage units and topk=[1]: the curve to 500 words still reads ~5 passages of words."""
-    from densex.pipelines.evaluate import run
+    from densex.pipelines.evaluate.run import run
 
     rows = {}
     for name, topk in (("k1", "[1]"), ("k100", "[1,5,20,100]")):
@@ -484,8 +484,8 @@ def test_fetch_units_for_words_extends_only_short_results():
 
 def test_evaluate_non_zero_rank_writes_nothing(repo_root, small, monkeypatch, tmp_path):
     """trainer.strategy=ddp re-runs the script per rank: rank 1 encodes, then returns."""
-    import densex.pipelines.fusion as fusion
-    from densex.pipelines.evaluate import run
+    import densex.pipelines.evaluate.fusion as fusion
+    from densex.pipelines.evaluate.run import run
 
     calls = []
 
@@ -512,7 +512,7 @@ def test_generated_propositions_follow_the_model_files(repo_root, small, tiny_t5
     """A retrained model exported to the same dir must not reuse the old propositions."""
     import shutil
 
-    from densex.pipelines.index import generated_propositions
+    from densex.pipelines.index.units import generated_propositions
     from densex.utils.tiny_t5 import build_tiny_t5
 
     model = tmp_path / "export"
@@ -541,7 +541,7 @@ def test_generated_propositions_follow_the_model_files(repo_root, small, tiny_t5
 
 
 def test_propositions_key_follows_the_prompt_file(repo_root, small, tmp_path):
-    from densex.pipelines.index import propositions_key
+    from densex.pipelines.index.units import propositions_key
 
     prompt = tmp_path / "prompt.txt"
     prompt.write_text((repo_root / "conf" / "prompts" / "figure8.txt").read_text())

@@ -12,9 +12,9 @@ import pytest
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 
-from densex.pipelines.plan import plan
-from densex.pipelines.plan_machine import retriever_dim
-from densex.pipelines.plan_sizes import FACTOID_WIKI, GB, fits, nlist_for, plan_rows, sizes
+from densex.pipelines.plan.machine import retriever_dim
+from densex.pipelines.plan.run import plan
+from densex.pipelines.plan.sizes import FACTOID_WIKI, GB, fits, nlist_for, plan_rows, sizes
 
 
 def _cfg(repo_root: Path, overrides: list[str]):

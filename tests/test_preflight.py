@@ -9,10 +9,10 @@ import sys
 
 import pytest
 
-from densex.pipelines.preflight import preflight
-from densex.pipelines.preflight_grid import grid_overrides
-from densex.pipelines.preflight_hub import PreflightError
-from densex.pipelines.preflight_sizes import estimate_cell_bytes
+from densex.pipelines.preflight.grid import grid_overrides
+from densex.pipelines.preflight.hub import PreflightError
+from densex.pipelines.preflight.run import preflight
+from densex.pipelines.preflight.sizes import estimate_cell_bytes
 from helpers.config import compose_config
 
 

@@ -15,8 +15,8 @@ import pytorch_lightning as pl
 import torch
 from omegaconf import OmegaConf
 
-from densex.pipelines.train_checkpoints import best_checkpoint
-from densex.pipelines.train_setup import accumulation, batch_plan, build_loggers
+from densex.pipelines.train.checkpoints import best_checkpoint
+from densex.pipelines.train.setup import accumulation, batch_plan, build_loggers
 from densex.propositionizer.data import PropositionDataModule
 from densex.propositionizer.module import (
     PropositionizerModule,
@@ -405,7 +405,7 @@ def test_best_checkpoint_score_under_ddp_spawn(tmp_path):
         devices=2,
         strategy="ddp_spawn",
         max_epochs=3,
-        callbacks=[last, best, CloseSpawnedProcessGroup()],  # as pipelines/train.py adds it
+        callbacks=[last, best, CloseSpawnedProcessGroup()],  # as pipelines/train/run.py adds it
         logger=False,
         enable_progress_bar=False,
         enable_model_summary=False,

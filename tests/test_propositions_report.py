@@ -150,7 +150,7 @@ def _read_csv(path: Path) -> list[dict[str, str]]:
 
 def test_report_end_to_end_with_teacher_predictions(repo_root, two_articles, minilm_path, tmp_path):
     """Teacher propositions as predictions score ~1; both baselines lower; files written."""
-    from densex.pipelines.evaluate import run
+    from densex.pipelines.evaluate.run import run
 
     out = tmp_path / "run"
     cfg = _report_cfg(repo_root, two_articles, out, f"task.predictions={two_articles['Q']}")
@@ -196,7 +196,7 @@ def test_report_generates_with_the_configured_propositionizer(
 ):
     """propositionizer=model: only the selected passages are generated (cached), and the parse
     results (a random tiny T5: fallbacks) reach the table."""
-    from densex.pipelines.evaluate import run
+    from densex.pipelines.evaluate.run import run
 
     out = tmp_path / "run"
     cfg = _report_cfg(
@@ -231,7 +231,7 @@ def test_report_generates_with_the_configured_propositionizer(
 def test_val_fraction_comes_from_the_trained_models_export(tmp_path):
     from omegaconf import OmegaConf
 
-    from densex.pipelines.propositions_inputs import resolve_val_fraction
+    from densex.pipelines.propositions.inputs import resolve_val_fraction
 
     export = tmp_path / "hf_model"
     export.mkdir()

@@ -69,7 +69,7 @@ def test_curated_regex_cell_counts_patterns_that_never_match(repo_root, shared_d
     """CuratedTREC's answers are regexes; three of them break under DPR's NFD normalisation and
     never match (as in DPR). The cell keeps those questions and says how many there are."""
 
-    from densex.pipelines.evaluate import run
+    from densex.pipelines.evaluate.run import run
 
     cfg = compose_config(
         "evaluate",

@@ -182,7 +182,7 @@ def test_shard_size_follows_the_corpus_and_the_config():
 
 
 def test_shard_size_is_a_config_value(repo_root, tmp_path):
-    from densex.pipelines.index import run
+    from densex.pipelines.index.run import run
 
     overrides = [
         "corpus=demo",
@@ -296,7 +296,9 @@ def test_redaction_of_urls_keys_and_env_secrets(monkeypatch):
 
 
 def test_no_unsafe_torch_load():
-    from densex.pipelines import train, train_checkpoints, train_setup
+    from densex.pipelines.train import checkpoints as train_checkpoints
+    from densex.pipelines.train import run as train
+    from densex.pipelines.train import setup as train_setup
 
     for module in (train, train_checkpoints, train_setup):
         assert "weights_only=False" not in inspect.getsource(module)
@@ -308,7 +310,7 @@ def _train_cfg(repo_root: Path, run_dir: Path, *overrides: str):
 
 
 def test_ckpt_path_last_finds_the_newest_or_says_there_is_none(repo_root, tmp_path):
-    from densex.pipelines.train_checkpoints import resolve_ckpt
+    from densex.pipelines.train.checkpoints import resolve_ckpt
 
     cfg = _train_cfg(repo_root, tmp_path)
     with pytest.raises(FileNotFoundError, match="there is no checkpoint"):

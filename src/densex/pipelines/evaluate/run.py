@@ -29,11 +29,11 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from densex.pipelines.evaluate_cell import Cell, load_questions, open_cell, search_cell
-from densex.pipelines.evaluate_metrics import cell_gold_metrics, cell_qa_metrics, recall_at_each_k
-from densex.pipelines.evaluate_outputs import log_wandb, print_metrics, write_cell_files
-from densex.pipelines.evaluate_retrieval_files import write_retrieval_files
-from densex.pipelines.propositions import run as run_propositions
+from densex.pipelines.evaluate.cell import Cell, load_questions, open_cell, search_cell
+from densex.pipelines.evaluate.metrics import cell_gold_metrics, cell_qa_metrics, recall_at_each_k
+from densex.pipelines.evaluate.outputs import log_wandb, print_metrics, write_cell_files
+from densex.pipelines.evaluate.retrieval_files import write_retrieval_files
+from densex.pipelines.propositions.run import run as run_propositions
 from densex.utils.distributed import global_rank
 from densex.utils.integrity import configure as configure_cache
 from densex.utils.integrity import remove_orphans

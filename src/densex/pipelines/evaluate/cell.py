@@ -22,14 +22,14 @@ from omegaconf import DictConfig
 from densex.corpus.readers import Skips
 from densex.corpus.units import unit_tables
 from densex.data.questions import load_dataset_questions
-from densex.pipelines.fusion import (
+from densex.pipelines.evaluate.fusion import (
     cell_searcher,
     cell_units_file,
     fused_retrieval,
     fusion_keys,
     is_rrf,
 )
-from densex.pipelines.index import build_corpus_units, generates_propositions
+from densex.pipelines.index.units import build_corpus_units, generates_propositions
 from densex.retrieval.search import fetch_units_for_words, retrieve_passages
 from densex.utils.io import DataError
 

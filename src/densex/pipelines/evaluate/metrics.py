@@ -15,7 +15,7 @@ from omegaconf import DictConfig
 
 from densex.data.qrels import load_dataset_qrels
 from densex.metrics.rank import gold_columns, gold_metrics
-from densex.pipelines.evaluate_cell import Cell
+from densex.pipelines.evaluate.cell import Cell
 from densex.qa.cell import qa_metrics
 
 

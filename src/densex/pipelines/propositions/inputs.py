@@ -15,7 +15,7 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from densex.pipelines.index import generated_propositions, generated_propositions_path
+from densex.pipelines.index.units import generated_propositions, generated_propositions_path
 from densex.pipelines.specs import GENERATE_MODES, PROPOSITION_SUBSETS
 from densex.propositionizer.quality import (
     parse_outcomes,
@@ -29,7 +29,7 @@ from densex.utils.distributed import global_rank
 from densex.utils.io import DataError, numbered_jsonl, read_json, write_jsonl
 from densex.utils.logging import get_logger
 
-log = get_logger("densex.pipelines.propositions")  # the stage's log lines keep its name
+log = get_logger("densex.pipelines.propositions.run")  # the stage's log lines keep its name
 
 DEFAULT_VAL_FRACTION = 0.1  # conf/data/squad-open.yaml
 

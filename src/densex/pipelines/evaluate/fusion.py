@@ -26,7 +26,7 @@ import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
 from densex.analysis.fusion import UnionSearcher, fuse_retrievals
-from densex.pipelines.index import unit_file
+from densex.pipelines.index.units import unit_file
 from densex.retrieval.build import load_or_build_searcher
 from densex.retrieval.search import fetch_units_for_words, retrieve_passages
 from densex.utils.distributed import global_rank

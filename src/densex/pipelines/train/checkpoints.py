@@ -20,7 +20,7 @@ from pytorch_lightning.callbacks import ModelCheckpoint
 from densex.utils.logging import get_logger
 from densex.utils.resume import newest_checkpoint
 
-log = get_logger("densex.pipelines.train")  # the stage's log lines keep its name
+log = get_logger("densex.pipelines.train.run")  # the stage's log lines keep its name
 
 MONITOR = "val/set_f1"
 

@@ -3,10 +3,10 @@ runs, for the configured corpus and for FactoidWiki (the paper's Table 1), and w
 shard settings fit a machine.
 
 Nothing is built, downloaded or loaded: counts come from the configured corpus's files
-(`plan_counts`: its units cache, or a sample of its input files) or from `expected_units`
+(`plan/counts`: its units cache, or a sample of its input files) or from `expected_units`
 (Table 1 for `corpus=factoid-wiki`); the embedding dimension, the machine and measured
-throughputs from `plan_machine`; sizes, needs and times from the size model (`plan_sizes`);
-the printed tables from `plan_tables`.
+throughputs from `plan/machine`; sizes, needs and times from the size model (`plan/sizes`);
+the printed tables from `plan/tables`.
 """
 
 from __future__ import annotations
@@ -16,15 +16,15 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from densex.pipelines.plan_counts import corpus_units, sampled_bytes_per_word
-from densex.pipelines.plan_machine import (
+from densex.pipelines.plan.counts import corpus_units, sampled_bytes_per_word
+from densex.pipelines.plan.machine import (
     cpu_flops,
     machine,
     measured_units_per_second,
     retriever_dim,
 )
-from densex.pipelines.plan_sizes import FACTOID_WIKI, UNIT_OVERHEAD_BYTES, plan_rows
-from densex.pipelines.plan_tables import print_plan
+from densex.pipelines.plan.sizes import FACTOID_WIKI, UNIT_OVERHEAD_BYTES, plan_rows
+from densex.pipelines.plan.tables import print_plan
 from densex.retrieval.spec import IndexSpec
 from densex.utils.config import plain_data
 

@@ -24,7 +24,7 @@ from densex.utils.progress import LogProgress, is_tty
 from densex.utils.resume import RNGState
 from densex.utils.trainer import CloseSpawnedProcessGroup, multirun_safe_strategy
 
-log = get_logger("densex.pipelines.train")  # the stage's log lines keep its name
+log = get_logger("densex.pipelines.train.run")  # the stage's log lines keep its name
 
 
 def batch_plan(batch_size: int, per_device_batch_size: int | None, devices: int) -> tuple[int, int]:

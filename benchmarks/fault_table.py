@@ -1,8 +1,8 @@
-"""Issue 10's cheap faults, tried in-process on whichever `densex` is on PYTHONPATH (run it on
-the old and the new source to compare): deep nesting, garbage and 1 MB replies, a non-UTF-8
-byte, wrong types, a truncated cached units file, unsafe torch.load.
+"""The reliability table's cheap faults, tried in-process on whichever `densex` is on PYTHONPATH
+(run it on the old and the new source to compare): deep nesting, garbage and 1 MB replies, a
+non-UTF-8 byte, wrong types, a truncated cached units file, unsafe torch.load.
 
-    PYTHONPATH=<src> HF_HUB_OFFLINE=1 python scripts/issue10_faults.py
+    PYTHONPATH=<src> HF_HUB_OFFLINE=1 python benchmarks/fault_table.py
 """
 
 from __future__ import annotations
@@ -16,7 +16,9 @@ import numpy as np
 
 from densex.corpus.readers import Skips, read_passages
 from densex.corpus.units import build_units
-from densex.pipelines import train, train_checkpoints, train_setup
+from densex.pipelines.train import checkpoints as train_checkpoints
+from densex.pipelines.train import run as train
+from densex.pipelines.train import setup as train_setup
 from densex.propositionizer.resolve import resolve_output
 
 DEMO = Path(__file__).resolve().parents[1] / "data" / "demo"

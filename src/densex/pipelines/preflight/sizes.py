@@ -21,7 +21,7 @@ from omegaconf import DictConfig
 from densex.utils.logging import get_logger
 from densex.utils.models import resolve_model
 
-log = get_logger("densex.pipelines.preflight")  # the preflight's log lines keep its name
+log = get_logger("densex.pipelines.preflight.run")  # the preflight's log lines keep its name
 
 # bytes per retrieved passage per retrieval file (DPR and pyserini layouts), measured on
 # squad-open with MiniLM (ids like `Super_Bowl_50#12`); text adds the passage itself

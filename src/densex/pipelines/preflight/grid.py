@@ -17,9 +17,9 @@ from hydra.core.global_hydra import GlobalHydra
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import DictConfig
 
-from densex.pipelines.preflight_inputs import check_corpus, check_dataset
-from densex.pipelines.preflight_models import check_retrieval_models
-from densex.pipelines.preflight_sizes import (
+from densex.pipelines.preflight.inputs import check_corpus, check_dataset
+from densex.pipelines.preflight.models import check_retrieval_models
+from densex.pipelines.preflight.sizes import (
     estimate_cell_bytes,
     free_bytes,
     human_bytes,
@@ -27,7 +27,7 @@ from densex.pipelines.preflight_sizes import (
 )
 from densex.utils.logging import get_logger
 
-log = get_logger("densex.pipelines.preflight")  # the preflight's log lines keep its name
+log = get_logger("densex.pipelines.preflight.run")  # the preflight's log lines keep its name
 
 # config keys whose value changes neither the inputs read nor the size of a cell's outputs
 SIZE_NEUTRAL = ("retriever", "granularity", "index", "budget", "seed", "logger", "trainer")

@@ -17,7 +17,7 @@ from typing import Any
 
 from densex.corpus.spec import GRANULARITIES
 from densex.corpus.units_key import units_dir_for
-from densex.pipelines.plan_sizes import FACTOID_WIKI, UNIT_OVERHEAD_BYTES
+from densex.pipelines.plan.sizes import FACTOID_WIKI, UNIT_OVERHEAD_BYTES
 from densex.utils.config import plain_data
 
 # assumed when no local text can be sampled: English Wikipedia text, UTF-8: ~5.1 characters

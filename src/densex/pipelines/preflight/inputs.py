@@ -18,7 +18,7 @@ from typing import Any
 from omegaconf import DictConfig
 
 from densex.data.questions import load_dataset_questions
-from densex.pipelines.preflight_hub import PreflightError, first_line, hf_dataset_source
+from densex.pipelines.preflight.hub import PreflightError, first_line, hf_dataset_source
 from densex.utils.io import DataError, check_fields
 
 

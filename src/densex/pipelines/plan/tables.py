@@ -3,7 +3,7 @@ where each number came from.
 
 Contract: `plan_tables(rows, retriever, dim_source)` -> [storage table] (+ [machine needs
 table] for a dense retriever); `notes(rows)` -> one line per source or assumption;
-`print_plan` logs both (under the `densex.pipelines.plan` logger, the stage's name) and
+`print_plan` logs both (under the `densex.pipelines.plan.run` logger, the stage's name) and
 returns the text.
 """
 
@@ -13,7 +13,7 @@ from typing import Any
 
 from rich.table import Table
 
-from densex.pipelines.plan_sizes import (
+from densex.pipelines.plan.sizes import (
     DISK_BYTES_PER_SECOND,
     GB,
     GPU_FLOPS_FP16,
@@ -22,7 +22,7 @@ from densex.pipelines.plan_sizes import (
 )
 from densex.utils.logging import get_logger, render
 
-log = get_logger("densex.pipelines.plan")  # the stage's log lines keep its name
+log = get_logger("densex.pipelines.plan.run")  # the stage's log lines keep its name
 
 
 def _gb(b: float | None) -> str:

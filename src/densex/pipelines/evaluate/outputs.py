@@ -4,7 +4,7 @@ metric table and the W&B run.
 Contract: `write_cell_files` writes `recall_at_k.csv`, `per_question.jsonl`, `results.jsonl`
 (the one row the sweep callback reads) and `answer_recall_by_words.png` atomically;
 `print_metrics` logs the row as a table (console and `evaluate.log`, under the
-`densex.pipelines.evaluate` logger); `log_wandb` logs the row, samples and curves when a
+`densex.pipelines.evaluate.run` logger); `log_wandb` logs the row, samples and curves when a
 W&B logger is configured.
 """
 
@@ -18,12 +18,12 @@ from omegaconf import DictConfig, OmegaConf
 from rich.table import Table
 
 from densex.analysis.per_question import per_question_rows, write_per_question
-from densex.pipelines.evaluate_cell import CONFIG_KEYS
+from densex.pipelines.evaluate.cell import CONFIG_KEYS
 from densex.qa.cell import CURVE_FILE, read_curve
 from densex.utils.io import atomic_open, write_jsonl
 from densex.utils.logging import get_logger, render
 
-log = get_logger("densex.pipelines.evaluate")  # the stage's log lines keep its name
+log = get_logger("densex.pipelines.evaluate.run")  # the stage's log lines keep its name
 
 
 def write_cell_files(cfg, out_dir: Path, row, curve, questions, hits, topk, per_q) -> None:

@@ -16,8 +16,8 @@ import torch
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
-from densex.pipelines.train_checkpoints import MONITOR, best_score, load_best_weights, resolve_ckpt
-from densex.pipelines.train_setup import (
+from densex.pipelines.train.checkpoints import MONITOR, best_score, load_best_weights, resolve_ckpt
+from densex.pipelines.train.setup import (
     batch_plan,
     build_datamodule,
     build_model_path,

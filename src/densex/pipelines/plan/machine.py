@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from densex.pipelines.plan_sizes import GB
+from densex.pipelines.plan.sizes import GB
 from densex.utils.config import plain_data
 from densex.utils.models import resolve_model
 

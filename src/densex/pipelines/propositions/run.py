@@ -19,15 +19,15 @@ from omegaconf import DictConfig, OmegaConf
 from densex.corpus.readers import read_passages
 from densex.metrics.propositions import stemmer
 from densex.metrics.set_f1 import SetF1Scorer
-from densex.pipelines.index import build_corpus_units
-from densex.pipelines.propositions_inputs import (
+from densex.pipelines.index.units import build_corpus_units
+from densex.pipelines.propositions.inputs import (
     baselines_for,
     predictions_for,
     references_for,
     resolve_val_fraction,
     select_passages,
 )
-from densex.pipelines.propositions_output import log_wandb, print_table, report_notes
+from densex.pipelines.propositions.output import log_wandb, print_table, report_notes
 from densex.report.propositions import REFERENCE, aggregate, quality_rows
 from densex.report.propositions_files import write_report
 

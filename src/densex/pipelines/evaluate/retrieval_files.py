@@ -19,7 +19,7 @@ from densex.utils.json_stream import JsonStream
 from densex.utils.logging import get_logger
 from densex.utils.progress import track
 
-log = get_logger("densex.pipelines.evaluate")  # the stage's log lines keep its name
+log = get_logger("densex.pipelines.evaluate.run")  # the stage's log lines keep its name
 
 
 def write_retrieval_files(

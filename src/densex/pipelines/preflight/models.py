@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from omegaconf import DictConfig
 
-from densex.pipelines.index import generates_propositions
-from densex.pipelines.preflight_hub import check_model
+from densex.pipelines.index.units import generates_propositions
+from densex.pipelines.preflight.hub import check_model
 
 
 def check_retrieval_models(cfg: DictConfig, entry: str) -> dict[str, str]:

@@ -4,18 +4,18 @@ Every entry point (`train.py`, `index.py`, `evaluate.py`) goes through `main(cfg
 logging is set up once (`verbose=true` shows everything), then `preflight(cfg, entry)` checks
 
 - every input path exists and its first record parses (questions are all loaded: they are
-  small and their count sizes the outputs): `preflight_inputs`;
+  small and their count sizes the outputs): `preflight/inputs`;
 - every model resolves: a local directory, the Hugging Face cache, or the hub when online.
   Offline and missing gives one short error naming the config key, the hub id and the
   override to use (`retriever.query_model=/local/dir`, `model.name_or_path=...`, `model=tiny`):
-  `preflight_models`, `preflight_hub`;
+  `preflight/models`, `preflight/hub`;
 - the estimated size of the run's outputs, against the free space where they go:
-  `preflight_sizes`.
+  `preflight/sizes`.
 
 A `PreflightError` or `DataError` is printed as its message alone (no library traceback)
 and the process exits with status 2; `HYDRA_FULL_ERROR=1` re-raises it with the traceback.
 For a multirun, `GridPreflight` (the sweep callback, before the first job) runs
-`preflight_grid.grid_preflight`: each distinct dataset and model of the grid checked once and
+`preflight/grid.grid_preflight`: each distinct dataset and model of the grid checked once and
 the grid's estimated disk use printed.
 """
 
@@ -31,11 +31,11 @@ from typing import Any
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
-from densex.pipelines.preflight_grid import grid_preflight
-from densex.pipelines.preflight_hub import PreflightError
-from densex.pipelines.preflight_inputs import check_corpus, check_dataset, check_train_data
-from densex.pipelines.preflight_models import check_retrieval_models, check_train_models
-from densex.pipelines.preflight_sizes import (
+from densex.pipelines.preflight.grid import grid_preflight
+from densex.pipelines.preflight.hub import PreflightError
+from densex.pipelines.preflight.inputs import check_corpus, check_dataset, check_train_data
+from densex.pipelines.preflight.models import check_retrieval_models, check_train_models
+from densex.pipelines.preflight.sizes import (
     estimate_cell_bytes,
     estimate_train_bytes,
     free_bytes,
@@ -52,7 +52,7 @@ ENTRIES = ("train", "index", "evaluate")
 
 
 def main(cfg: DictConfig, entry: str) -> float | None:
-    """Set up logging, run the preflight, then `densex.pipelines.<entry>.run(cfg)`.
+    """Set up logging, run the preflight, then `densex.pipelines.<entry>.run.run(cfg)`.
 
     Bad input or configuration (a `PreflightError` or `DataError`, at preflight or later)
     ends the process with its message and status 2, unless HYDRA_FULL_ERROR=1.
@@ -60,7 +60,9 @@ def main(cfg: DictConfig, entry: str) -> float | None:
     setup_logging(bool(cfg.get("verbose", False)))
     try:
         preflight(cfg, entry)
-        run: Callable[[DictConfig], Any] = importlib.import_module(f"densex.pipelines.{entry}").run
+        run: Callable[[DictConfig], Any] = importlib.import_module(
+            f"densex.pipelines.{entry}.run"
+        ).run
         return run(cfg)
     except (PreflightError, DataError) as e:
         fail(e)
