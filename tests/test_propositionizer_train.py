@@ -16,6 +16,7 @@ import torch
 from omegaconf import OmegaConf
 
 from densex.pipelines.train.checkpoints import best_checkpoint
+from densex.pipelines.train.run import plan_batches
 from densex.pipelines.train.setup import accumulation, batch_plan, build_loggers
 from densex.propositionizer.data import PropositionDataModule
 from densex.propositionizer.module import (
@@ -322,6 +323,12 @@ def test_world_size_is_lightnings(repo_root, devices, nodes, world):
         enable_checkpointing=False,
     )
     assert trainer.world_size == world
+    # plan_batches divides model.batch_size by that count and sets the trainer's accumulation
+    cfg = OmegaConf.create({"model": {"batch_size": 48, "per_device_batch_size": 4}})
+    per_device, accumulate = plan_batches(cfg, trainer)
+    assert (per_device, accumulate) == (4, 48 // (4 * world))
+    assert trainer.accumulate_grad_batches == accumulate
+    assert per_device * trainer.world_size * accumulate == 48
 
 
 def test_effective_batch_accumulation():

@@ -185,9 +185,23 @@ def test_reader_batching_maps_answers_to_their_questions(tiny_cfg):
 
 
 def test_tiny_reader_generates_strings_in_order(tiny_cfg):
+    """The real (random) tiny T5 behind Reader.answer: each answer is the one its own input gets
+    alone, whatever the input order and the length-sorted batching do."""
+    import torch
+
     reader = build_reader(tiny_cfg)
-    answers = reader.answer(["who?", "what is oil?"], ["a " * 40, "oil"])
-    assert len(answers) == 2 and all(isinstance(a, str) for a in answers)
+    torch.manual_seed(0)  # the saved random T5 answers <pad> to everything: spread its weights
+    with torch.no_grad():
+        for p in reader.model.parameters():
+            p.normal_(0, 0.5)
+    qs = ["who?", "what is oil?", "when did the crisis begin?"]
+    cs = ["a " * 40, "oil", "the crisis began in october 1973 when OAPEC members"]
+    reader.batch_size = 2  # length sorting + two batches
+    answers = reader.answer(qs, cs)
+    assert len(answers) == 3 and all(isinstance(a, str) for a in answers)
+    assert len(set(answers)) == 3, answers  # distinct, so a mix-up between inputs shows
+    assert answers == [reader.answer([q], [c])[0] for q, c in zip(qs, cs)]
+    assert reader.answer(qs[::-1], cs[::-1]) == answers[::-1]
 
 
 def test_reader_dtype_follows_the_shared_rule(tiny_cfg, monkeypatch):

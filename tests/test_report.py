@@ -18,6 +18,7 @@ from densex.report.table2 import (
     write_table2,
 )
 from densex.utils.io import DataError
+from helpers.wandb_records import logged
 
 
 def _row(retriever, granularity, dataset, r5, r20, **extra):
@@ -124,7 +125,6 @@ def test_callback_with_nothing_to_aggregate(tmp_path):
 
 
 def test_wandb_offline_run_logs_the_cell(tmp_path, monkeypatch):
-    pytest.importorskip("wandb")
     from densex.report.wandb_log import init_run, log_cell, log_table, wandb_settings
 
     monkeypatch.setenv("WANDB_MODE", "offline")
@@ -150,11 +150,31 @@ def test_wandb_offline_run_logs_the_cell(tmp_path, monkeypatch):
         {"retriever": "minilm", "recall@5": 0.5, "n_questions": 2},
         [{"question": "q", "hit": True}],
         [0.25, 0.5],
+        ([50, 100], [40.0, 60.0]),
     )
     log_table(run, "table2", table2_rows(ROWS))
     run.finish()
-    runs = list((tmp_path / "wandb").glob("offline-run-*"))
-    assert len(runs) == 1 and list(runs[0].glob("*.wandb"))
+    (run_dir,) = (tmp_path / "wandb").glob("offline-run-*")
+    (log,) = run_dir.glob("run-*.wandb")
+    got = logged(log)  # what W&B would upload, read back from its transaction log
+    assert got["name"] == "cell" and got["config"]["retriever"] == "minilm"
+    assert got["history"][0]["recall@5"] == 0.5 and got["history"][0]["n_questions"] == 2
+    assert got["summary"]["recall@5"] == 0.5 and got["summary"]["n_questions"] == 2
+    assert "retriever" not in got["summary"]  # strings are config, not metrics
+
+    def table(key: str) -> dict:  # a logged table's file, under the run's files/
+        (step,) = [h for h in got["history"] if f"{key}/path" in h]
+        assert step[f"{key}/_type"] == "table-file"
+        return json.loads((run_dir / "files" / step[f"{key}/path"]).read_text())
+
+    assert table("samples") == {"columns": ["question", "hit"], "data": [["q", "True"]]}
+    assert table("recall_curve_table")["data"] == [[1, 0.25], [2, 0.5]]
+    assert table("answer_recall_by_words_table")["data"] == [[50, 40.0], [100, 60.0]]
+    t2 = table("table2")
+    rows = table2_rows(ROWS)
+    assert t2["columns"] == list(rows[0]) and len(t2["data"]) == len(rows)
+    gain = next(r for r in t2["data"] if r[1] == "gain")
+    assert gain[:4] == ["gtr", "gain", 10.0, 5.0]
 
 
 def test_callback_writes_table3_and_plot_when_jobs_have_them(tmp_path):
