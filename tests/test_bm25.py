@@ -12,6 +12,7 @@ from tests.helpers.config import group_config
 from densex.retrieval.bm25 import BM25Searcher, bm25_settings
 from densex.retrieval.build import load_or_build_searcher
 from densex.utils.io import read_jsonl, write_jsonl
+from helpers.requires import require_module
 
 DOCS = [
     {"id": "a", "title": "", "text": "red apple red fruit"},
@@ -78,18 +79,21 @@ def test_bm25_recall_on_squad_open(squad_open: Path, tmp_path: Path, repo_root) 
     texts = [p["text"].lower() for p in read_jsonl(squad_open / "passages.jsonl")]
     qs = [q for _, q in zip(range(200), read_jsonl(squad_open / "questions.jsonl"))]
     _, rows = s.search([q["question"] for q in qs], 20)
-    hit = [
-        any(a.lower() in texts[r] for r in row[row >= 0] for a in q["answers"])
-        for q, row in zip(qs, rows)
-    ]
-    recall = float(np.mean(hit))
-    assert recall > 0.7, recall
+    hit = np.array(
+        [
+            [r >= 0 and any(a.lower() in texts[r] for a in q["answers"]) for r in row]
+            for q, row in zip(qs, rows)
+        ]
+    )
+    found = {k: int(hit[:, :k].any(axis=1).sum()) for k in (1, 5, 20)}  # questions of 200
+    # deterministic (bm25s, pyserini's k1 0.9 / b 0.4): the measured figures, to one question
+    assert found == pytest.approx({1: 172, 5: 188, 20: 197}, abs=1), found
 
 
 def test_stemmer_english_matches_word_forms(tiny_units: Path) -> None:
     """`stemmer: english` (PyStemmer, stemmed one word at a time as bm25s asks): "apples" and
     "fruits" find the units that say "apple" and "fruit"; without stemming they find none."""
-    pytest.importorskip("Stemmer")
+    require_module("Stemmer", "PyStemmer>=2.2")
     query = ["apples fruits"]
     plain = BM25Searcher.build(tiny_units, {"name": "bm25"})
     assert (plain.search(query, 2)[1] == -1).all()

@@ -202,8 +202,10 @@ def test_recall_on_squad_open(passages, squad_open) -> None:
     rng = np.random.default_rng(0)
     random = recall_at_20(np.stack([rng.permutation(len(texts))[:20] for _ in questions]))
     assert random < 0.15
-    assert recall[4096] >= 0.5 and recall[4096] > 4 * random
-    assert recall[4096] >= recall[256] > 2 * random  # fewer collisions, better ranking
+    # deterministic (hashing + exact search): the measured figures, to one question of 300
+    # (a near-tie at the 20th place may reorder with the BLAS summation order)
+    assert recall == pytest.approx({256: 150 / 300, 4096: 177 / 300}, abs=1 / 300)
+    assert recall[4096] > recall[256] > 2 * random  # fewer collisions, better ranking
 
 
 def test_text_encoder_token_lengths_tell_truncation(minilm_path, passages) -> None:

@@ -15,13 +15,14 @@ from densex.qa.entity_questions import TEMPLATES, extract_entity, load_eq_questi
 from densex.qa.mentions import bm25_popularity
 from densex.qa.popularity import bucket_edges, bucket_index, popularity_recall, retrieval_hits
 from densex.utils.io import DataError
+from helpers.requires import missing
 
 
 @pytest.fixture(scope="module")
 def eq_dir(shared_data):
     path = shared_data / "qa" / "eq"
     if not list(path.glob("P*.test.json")):
-        pytest.skip(f"EntityQuestions not found under {path}")
+        missing(f"EntityQuestions not found under {path}")
     return path
 
 

@@ -62,16 +62,15 @@ def test_offline_retriever_model_names_key_hub_id_and_override(repo_root, tmp_pa
     assert "retriever.query_model=/local/dir" in msg and "offline" in msg
 
 
-def test_offline_train_model_names_key_hub_id_and_override(repo_root, empty_hf_cache):
-    cfg = _cfg(repo_root, "train", "model=flan-t5-large", "data=squad-open")
-    try:
-        with pytest.raises(PreflightError) as e:
-            preflight(cfg, "train")
-    except PreflightError:
-        raise
+def test_offline_train_model_names_key_hub_id_and_override(repo_root, squad_open, empty_hf_cache):
+    """The data check passes (the shared pairs, found where the fixture found them), so the
+    error is the model's."""
+    data_dir = f"paths.data_dir={squad_open.parent}"
+    cfg = _cfg(repo_root, "train", "model=flan-t5-large", "data=squad-open", data_dir)
+    with pytest.raises(PreflightError) as e:
+        preflight(cfg, "train")
     msg = str(e.value)
-    if "data." in msg.split(":")[0]:  # no shared data here: the data check comes first
-        pytest.skip(f"shared data missing: {msg}")
+    assert msg.startswith("model.name_or_path"), msg
     assert "model.name_or_path" in msg and "'google/flan-t5-large'" in msg
     assert "model.name_or_path=/local/dir" in msg and "model=tiny" in msg
 

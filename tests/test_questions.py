@@ -94,7 +94,8 @@ def test_squad_json_matches_the_project_jsonl(squad_open) -> None:
 
 
 def test_hf_column_layouts(tmp_path) -> None:
-    datasets = pytest.importorskip("datasets")
+    import datasets  # a core dependency: its absence is an error, not a skip
+
     nq = datasets.Dataset.from_dict({"question": ["q1", "q2"], "answer": [["a"], ["b", "b", "c"]]})
     assert questions_from_hf(nq, "nq_open", id_prefix="nq") == [
         {"id": "nq-0", "question": "q1", "answers": ["a"]},

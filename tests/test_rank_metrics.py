@@ -15,6 +15,7 @@ from densex.metrics.rank import (
     ndcg_at_k,
     recall_at_k,
 )
+from helpers.requires import require_module
 
 
 def test_hand_computed():
@@ -45,7 +46,7 @@ def test_gold_metrics_skip_questions_without_gold():
 
 
 def test_against_pytrec_eval():
-    pytrec_eval = pytest.importorskip("pytrec_eval")
+    pytrec_eval = require_module("pytrec_eval", "pytrec-eval-terrier>=0.5.6")
     rng = np.random.default_rng(0)
     docs = [f"d{i}" for i in range(60)]
     run, qrels, ranked, gold = {}, {}, [], []

@@ -14,7 +14,9 @@ from types import SimpleNamespace
 
 import pytest
 
-pytest.importorskip("openai")
+from helpers.requires import require_module  # noqa: E402
+
+require_module("openai", "openai>=1.40")
 
 from densex.propositionizer.generate import generate_propositions  # noqa: E402
 from densex.propositionizer.output import manifest_path  # noqa: E402

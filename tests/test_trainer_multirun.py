@@ -18,6 +18,7 @@ from hydra.types import RunMode
 from omegaconf import open_dict
 
 from densex.utils.trainer import _processes, multirun_safe_strategy, trainer_kwargs
+from helpers.requires import require_module
 
 ENV_KEYS = ("SLURM_NTASKS", "SLURM_JOB_NAME", "RANK", "GROUP_RANK", "LOCAL_RANK",
             "LOCAL_WORLD_SIZE", "TORCHELASTIC_RUN_ID")  # fmt: skip
@@ -110,7 +111,7 @@ def test_multirun_sweep_with_ddp_runs_each_job_once(repo_root: Path, tmp_path: P
 def test_slurm_ddp_launcher_sizes_follow_the_trainer(repo_root: Path) -> None:
     """`hydra/launcher=slurm_ddp`: one SLURM task per device on every node, the layout
     Lightning's SLURMEnvironment checks (ntasks-per-node == devices)."""
-    pytest.importorskip("hydra_plugins.hydra_submitit_launcher")
+    require_module("hydra_plugins.hydra_submitit_launcher", "hydra-submitit-launcher>=1.2")
     from omegaconf import OmegaConf
 
     GlobalHydra.instance().clear()

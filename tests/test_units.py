@@ -205,7 +205,8 @@ def test_bad_passages_are_located(tmp_path) -> None:
 
 
 def test_hf_and_jsonl_document_corpora(tmp_path) -> None:
-    datasets = pytest.importorskip("datasets")
+    import datasets  # a core dependency: its absence is an error, not a skip
+
     long_sentence = " ".join(["word"] * 40) + "."
     article = "\n".join([" ".join([long_sentence] * 3), "Short second paragraph here."])
     ds = datasets.Dataset.from_dict(
