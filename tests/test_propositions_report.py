@@ -215,15 +215,27 @@ def test_report_generates_with_the_configured_propositionizer(
         "trainer.enable_progress_bar=false",
     )
     run(cfg)
-    (model,) = [r for r in _read_csv(out / "propositions_report.csv") if r["system"] == "model"]
+    report = {r["system"]: r for r in _read_csv(out / "propositions_report.csv")}
+    model, sentences = report["model"], report["sentences"]
     assert int(model["n_passages"]) == 3
+    # 8 random tokens are never a JSON list: all three fall back to the passage's sentences
     per = [r for r in _read_csv(out / "propositions_per_passage.csv") if r["system"] == "model"]
-    assert all(r["parse"] in ("strict", "repaired", "fallback") for r in per)
-    n_used = sum(r["parse"] != "fallback" for r in per)
-    assert float(model["parse_rate"]) == n_used / 3
-    assert int(model["fallbacks"]) == 3 - n_used
+    assert [(r["parse"], r["fallback_reason"], r["cut"]) for r in per] == [
+        ("fallback", "unparseable", "True")
+    ] * 3
+    assert float(model["parse_rate"]) == 0.0 and int(model["fallbacks"]) == 3
+    assert int(model["parsed_strict"]) == int(model["repaired"]) == 0
+    assert int(model["hit_max_new_tokens"]) == 3
     (generated,) = (two_articles["cache"] / "propositions").rglob("propositions.jsonl")
-    assert len(generated.read_text().splitlines()) == 3  # the subset, not the 7-passage corpus
+    rows = [json.loads(line) for line in generated.read_text().splitlines()]
+    assert len(rows) == 3  # the subset, not the 7-passage corpus
+    assert [len(r["propositions"]) for r in rows] == [int(r["n_propositions"]) for r in per]
+    # ...so its scores are the sentence baseline's, pinned (BERTScore set-F1 on MiniLM)
+    for key in ("set_f1", "precision", "recall", "props_per_passage", "coverage"):
+        assert float(model[key]) == pytest.approx(float(sentences[key]), abs=1e-6), key
+    assert float(model["set_f1"]) == pytest.approx(0.8482, abs=1e-3)
+    assert float(model["props_per_passage"]) == 5.0
+    assert float(model["ref_props_per_passage"]) == pytest.approx(29 / 3)
     summary = json.loads((out / "propositions_report.json").read_text())
     assert summary["predictions"]["generation_manifest"]["passages"] == 3
 
