@@ -1,47 +1,46 @@
-"""`logger=none` (no experiment tracker) works for every entry point."""
+"""`logger=none` (no experiment tracker) works for every entry point.
+
+Each entry's pipeline runs in this process (`preflight`, then `densex.pipelines.<entry>.run`,
+what the entry script calls after Hydra composed the same config): no interpreter start-up,
+the same code path below the Hydra decorator.
+"""
 
 from __future__ import annotations
 
+import importlib
 import json
-import subprocess
-import sys
+from pathlib import Path
 
 import pytest
 
-from helpers.env import subprocess_env
+from densex.pipelines.preflight.run import preflight
+from helpers.config import compose_config
 
 
-def run_entry(repo_root, *args: str, timeout: int = 300) -> subprocess.CompletedProcess:
-    env = subprocess_env()
-    proc = subprocess.run(
-        [sys.executable, *args],
-        cwd=repo_root,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
-    return proc
+def run_entry(entry: str, run_dir: Path, *overrides: str) -> None:
+    """`python <entry>.py overrides... hydra.run.dir=run_dir`, in process."""
+    cfg = compose_config(entry, *overrides, f"paths.output_dir={run_dir}")
+    preflight(cfg, entry)
+    importlib.import_module(f"densex.pipelines.{entry}.run").run(cfg)
 
 
-def test_train_with_logger_none(repo_root, squad_open, minilm_path, tmp_path):
+def test_train_with_logger_none(squad_open, minilm_path, tmp_path, one_torch_thread):
     """The issue's command: a learning-rate monitor without a logger used to raise."""
     run = tmp_path / "run"
     run_entry(
-        repo_root,
-        "train.py",
+        "train",
+        run,
         "model=tiny",
         "trainer.max_epochs=1",
         "++trainer.limit_train_batches=4",
         "++trainer.limit_val_batches=2",
         "logger=none",
         "trainer=cpu",
+        "trainer.enable_progress_bar=false",
         f"paths.data_dir={squad_open.parent}",
         f"model.metric.model_type={minilm_path}",
         "data.limit_val=4",
         "model.max_new_tokens=8",
-        f"hydra.run.dir={run}",
         f"paths.cache_dir={tmp_path / 'cache'}",
     )
     summary = json.loads((run / "train_summary.json").read_text())
@@ -49,15 +48,15 @@ def test_train_with_logger_none(repo_root, squad_open, minilm_path, tmp_path):
     assert not (run / "csv").exists() and not (run / "wandb").exists()
 
 
-@pytest.mark.parametrize("entry", ["index.py", "evaluate.py"])
-def test_index_and_evaluate_with_logger_none(repo_root, tmp_path, entry):
+@pytest.mark.parametrize("entry", ["index", "evaluate"])
+def test_index_and_evaluate_with_logger_none(tmp_path, entry):
     run = tmp_path / "run"
-    args = [entry, "corpus=demo", "granularity=passage", "retriever=bm25", "logger=none"]
-    if entry == "evaluate.py":
+    args = ["corpus=demo", "granularity=passage", "retriever=bm25", "logger=none"]
+    if entry == "evaluate":
         args += ["dataset=demo", "topk=[1,5]"]
-    run_entry(repo_root, *args, f"hydra.run.dir={run}", f"paths.cache_dir={tmp_path / 'cache'}")
+    run_entry(entry, run, *args, f"paths.cache_dir={tmp_path / 'cache'}")
     assert not (run / "wandb").exists()
-    if entry == "evaluate.py":
+    if entry == "evaluate":
         row = json.loads((run / "results.jsonl").read_text().splitlines()[0])
         assert row["n_questions"] == 150 and row["recall@5"] > 50
     else:
