@@ -5,8 +5,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pandas as pd
@@ -32,7 +30,7 @@ from densex.propositionizer.pairs import (
 )
 from densex.propositionizer.sampler import LengthGroupedSampler
 from densex.utils.io import DataError
-from helpers.env import subprocess_env
+from helpers.config import compose_config
 
 
 @pytest.fixture(scope="module")
@@ -523,15 +521,26 @@ def test_train_configs_compose(cfg_train, model):
 
 
 # ---- end to end ----------------------------------------------------------------------------------
-def train(repo_root: Path, run_dir: Path, *overrides: str, timeout: int = 600) -> dict:
-    env = subprocess_env()
-    cmd = [sys.executable, "train.py", "model=tiny", "trainer=cpu", "logger=csv"]
-    cmd += [f"hydra.run.dir={run_dir}", f"paths.cache_dir={run_dir.parent / 'cache'}"]
-    cmd += ["trainer.enable_progress_bar=false", "trainer.log_every_n_steps=1", *overrides]
-    proc = subprocess.run(
-        cmd, cwd=repo_root, env=env, capture_output=True, text=True, timeout=timeout
+def train(repo_root: Path, run_dir: Path, *overrides: str) -> dict:
+    """`python train.py model=tiny trainer=cpu logger=csv ... hydra.run.dir=run_dir`, run in
+    this process (preflight, then `pipelines.train.run`, on one torch thread as the entry's
+    subprocess had): the train summary."""
+    from densex.pipelines.preflight.run import preflight
+    from densex.pipelines.train.run import run
+
+    cfg = compose_config(
+        "train",
+        *("model=tiny", "trainer=cpu", "logger=csv", f"paths.output_dir={run_dir}"),
+        *(f"paths.cache_dir={run_dir.parent / 'cache'}", "trainer.enable_progress_bar=false"),
+        *("trainer.log_every_n_steps=1", *overrides),
     )
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        preflight(cfg, "train")
+        run(cfg)
+    finally:
+        torch.set_num_threads(threads)
     return json.loads((run_dir / "train_summary.json").read_text())
 
 
@@ -621,7 +630,7 @@ def test_overfits_eight_pairs(repo_root, squad_open, minilm_path, tmp_path):
     assert summary["best_val_set_f1"] == pytest.approx(val["val/set_f1"], abs=1e-6)
 
 
-@pytest.mark.slow  # a train.py subprocess: ~25 s of CPU
+@pytest.mark.slow  # ~25 s of CPU
 def test_debug_fast_dev_run_takes_one_step(repo_root, squad_open, minilm_path, tmp_path):
     """`debug=fast_dev_run` (conf/debug): one training and one validation batch, then export."""
     summary = train(
