@@ -294,6 +294,7 @@ def test_predict_trainer_from_hydra_node_plain_kwargs_or_none(tmp_path) -> None:
     assert t.num_devices == 1 and t.logger is None
 
 
+@pytest.mark.slow  # two spawned interpreters (~50 s); the fast suite keeps test_two_processes_equal_one
 def test_two_processes_on_the_arrow_units_equal_one(squad_open: Path, tiny_bert, tmp_path) -> None:
     """The units stage's Arrow tables, encoded by 2 gloo processes (ddp_spawn): the same
     shards, ids and vectors as 1 process; the spawned ranks get a path, not a table."""
@@ -311,6 +312,7 @@ def test_two_processes_on_the_arrow_units_equal_one(squad_open: Path, tiny_bert,
     np.testing.assert_allclose(two.embeddings, one.embeddings, atol=1e-6)
 
 
+@pytest.mark.slow  # two spawned interpreters (~50 s); the fast suite keeps test_two_processes_equal_one
 def test_more_processes_than_shards(reference, units_file, tiny_bert, tmp_path) -> None:
     """2 processes, 1 shard: the idle rank gets one probe row (Lightning wants a batch on every
     rank) that it never writes; the shard is written once, equal to one process's."""

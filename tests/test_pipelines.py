@@ -23,6 +23,7 @@ import regex
 from densex.corpus.columnar import PASSAGE_SCHEMA, write_shard
 from densex.corpus.units import unit_tables
 from densex.pipelines.evaluate.metrics import recall_at_each_k
+from densex.qa.cell import read_curve
 from densex.utils.io import DataError, read_json
 from helpers.config import compose_config
 from helpers.env import subprocess_env
@@ -154,7 +155,8 @@ def _without_has_answer(path: Path, out: Path) -> Path:
 # ---------------------------------------------------------------------------------------------
 
 
-# the 40-question, 60-passage subset, granularity=proposition (measured; see the test)
+# the 40-question, 60-passage subset, granularity=proposition (measured; see the test):
+# recall@k and the README's answer recall within the first l words (`curve@l`)
 PINNED_PROPOSITION_CELL = {"recall@1": 0.0}
 
 
@@ -191,6 +193,8 @@ def test_evaluate_override_contract(repo_root, small, minilm_path, tmp_path):
     # deterministic (MiniLM fp32, exact search): the subset's figures, to one question of 40,
     # recall@k and the README's answer recall within the first l words
     got = {k: row[k] for k in row if k.startswith(("recall@", "answer_recall@"))}
+    words, curve = read_curve(run_dir / "answer_recall_by_words.csv")
+    got |= {f"curve@{n}": curve[words.index(n)] for n in (50, 100, 200, 500)}
     assert got == pytest.approx(PINNED_PROPOSITION_CELL, abs=2.5), got
     assert row["time_total_s"] > 0 and row["time_total_s"] < wall
 
