@@ -85,14 +85,15 @@ def _kill_at(
 
 
 def _killed(
-    cmd: list[str], cache: Path, ready: Callable[[], bool], max_delay: float, seed: int
+    cmd: list[str], outputs: list[Path], ready: Callable[[], bool], max_delay: float, seed: int
 ) -> bool:
     """`_kill_at` until the kill lands before the run finishes (a run that finished tests no
-    resume): up to 4 tries, the delay halved and the run's cache removed after each miss."""
+    resume): up to 4 tries, the delay halved and the run's `outputs` removed after each miss."""
     for attempt in range(4):
         if _kill_at(cmd, ready, max_delay / 2**attempt, seed + 100 * attempt):
             return True
-        shutil.rmtree(cache, ignore_errors=True)
+        for out in outputs:
+            shutil.rmtree(out, ignore_errors=True)
     return False
 
 
@@ -111,7 +112,8 @@ def test_units_killed_at_random_then_rerun(tmp_path):
     args = ("corpus=demo", "stage=units")
     _run(_cmd("index.py", tmp_path / "r0", ref_cache, *args))
     cmd = _cmd("index.py", tmp_path / "r1", cache, *args)
-    assert _killed(cmd, cache, lambda: (cache / "units").exists(), max_delay=1.5, seed=1)
+    ready = lambda: (cache / "units").exists()  # noqa: E731
+    assert _killed(cmd, [cache, tmp_path / "r1"], ready, max_delay=1.5, seed=1)
     assert not list(cache.glob("units/*/*/manifest.json"))  # killed before the end
     _run(cmd)
     assert _files(cache / "units", "*.jsonl") == _files(ref_cache / "units", "*.jsonl")
@@ -169,7 +171,7 @@ def test_evaluate_killed_at_random_then_rerun(tmp_path):
     args = ("corpus=demo", "dataset=demo", "granularity=proposition", "topk=[1,5,20]")
     _run(_cmd("evaluate.py", tmp_path / "ref", tmp_path / "ref-cache", *args))
     cmd = _cmd("evaluate.py", tmp_path / "run", cache, *args)
-    assert _killed(cmd, cache, lambda: cache.exists(), max_delay=8.0, seed=4)
+    assert _killed(cmd, [cache, tmp_path / "run"], lambda: cache.exists(), max_delay=8.0, seed=4)
     assert not (tmp_path / "run" / "results.jsonl").exists()  # killed before the end
     _run(cmd)
     for name in ("retrieval.json", "recall_at_k.csv", "answer_recall_by_words.csv"):
