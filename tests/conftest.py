@@ -12,6 +12,7 @@ os.environ.setdefault("WANDB_MODE", "disabled")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import functools  # noqa: E402
+import json  # noqa: E402
 from collections.abc import Callable  # noqa: E402
 
 import pytest  # noqa: E402
@@ -85,6 +86,44 @@ def squad_open(shared_data: Path) -> Path:
     if not (path / "passages.jsonl").exists():
         missing(f"squad-open benchmark not found under {path}")
     return path
+
+
+TWO_ARTICLES = ("1973_oil_crisis", "Amazon_rainforest")
+
+
+@pytest.fixture(scope="session")
+def squad_open_two_articles(
+    squad_open: Path, tmp_path_factory: pytest.TempPathFactory
+) -> dict[str, Path]:
+    """A small real corpus shared by the session: the first two squad-open articles' 60
+    passages (`P`) and teacher propositions (`Q`), 40 of their questions (`R`: every fifth),
+    and one cache dir (`cache`) where the units, embeddings and indexes built from them are
+    kept, so every test evaluating this subset reuses them."""
+    out = tmp_path_factory.mktemp("two_articles")
+    keep = lambda pid: pid.split("#")[0] in TWO_ARTICLES  # noqa: E731
+    with open(squad_open / "passages.jsonl") as f:
+        passages = [row for row in map(json.loads, f) if keep(row["id"])]
+    with open(squad_open / "propositions.jsonl") as f:
+        props = [row for row in map(json.loads, f) if keep(row["id"])]
+    squad = json.loads((squad_open / "squad-dev-v1.1.json").read_text())["data"]
+    qids = {
+        q["id"]
+        for a in squad
+        if a["title"] in TWO_ARTICLES
+        for p in a["paragraphs"]
+        for q in p["qas"]
+    }
+    with open(squad_open / "questions.jsonl") as f:
+        questions = [row for row in map(json.loads, f) if row["id"] in qids][::5][:40]
+    files = {
+        "P": out / "passages.jsonl",
+        "Q": out / "propositions.jsonl",
+        "R": out / "questions.jsonl",
+    }
+    for key, rows in (("P", passages), ("Q", props), ("R", questions)):
+        files[key].write_text("".join(json.dumps(r) + "\n" for r in rows))
+    files["cache"] = out / "cache"
+    return files
 
 
 @pytest.fixture(scope="session")

@@ -28,7 +28,6 @@ from densex.utils.io import DataError, read_json
 from helpers.config import compose_config
 from helpers.env import subprocess_env
 
-ARTICLES = ("1973_oil_crisis", "Amazon_rainforest")
 ENV = subprocess_env(HYDRA_FULL_ERROR="1")
 
 
@@ -44,29 +43,9 @@ def _evaluate(
 
 
 @pytest.fixture(scope="module")
-def small(squad_open: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """P, Q, R files of two articles: their 60 passages and propositions, 40 of their questions."""
-    out = tmp_path_factory.mktemp("small")
-    keep = lambda pid: pid.split("#")[0] in ARTICLES  # noqa: E731
-    with open(squad_open / "passages.jsonl") as f:
-        passages = [row for row in map(json.loads, f) if keep(row["id"])]
-    with open(squad_open / "propositions.jsonl") as f:
-        props = [row for row in map(json.loads, f) if keep(row["id"])]
-    squad = json.loads((squad_open / "squad-dev-v1.1.json").read_text())["data"]
-    qids = {
-        q["id"] for a in squad if a["title"] in ARTICLES for p in a["paragraphs"] for q in p["qas"]
-    }
-    with open(squad_open / "questions.jsonl") as f:
-        questions = [row for row in map(json.loads, f) if row["id"] in qids][::5][:40]
-    files = {
-        "P": out / "passages.jsonl",
-        "Q": out / "propositions.jsonl",
-        "R": out / "questions.jsonl",
-    }
-    for key, rows in (("P", passages), ("Q", props), ("R", questions)):
-        files[key].write_text("".join(json.dumps(r) + "\n" for r in rows))
-    files["cache"] = out / "cache"
-    return files
+def small(squad_open_two_articles: dict[str, Path]) -> dict[str, Path]:
+    """The session's two-article squad-open subset (conftest): P, Q, R files and its cache."""
+    return squad_open_two_articles
 
 
 def _contract(small: dict[str, Path], granularity: str) -> list[str]:
