@@ -9,19 +9,19 @@ without one. Passage ids must be unique (a repeat is a `DataError` for `Skips`).
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from densex.corpus.columnar import PASSAGE_SCHEMA, UNIT_SCHEMA, ArrowTable, shard_path, write_shard
 from densex.corpus.readers import Skips
-from densex.corpus.sources import source_rows
 from densex.corpus.segment import (
     count_words,
     load_sentencizer,
     segment_paragraphs,
     split_sentences_many,
 )
+from densex.corpus.sources import source_rows
 from densex.corpus.units_key import DEFAULT_SHARD_ROWS, segmentation_settings
 from densex.utils.io import DataError
 from densex.utils.logging import get_logger

@@ -165,7 +165,11 @@ def iter_proposition_rows(
             continue
         props = row.get("propositions")
         if not isinstance(props, list):
-            why = "missing" if "propositions" not in row else f"expected a list, got {type(props).__name__}"
+            why = (
+                "missing"
+                if "propositions" not in row
+                else f"expected a list, got {type(props).__name__}"
+            )
             skips(DataError(path, lineno, "propositions", why))
             continue
         kept = []

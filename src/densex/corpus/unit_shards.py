@@ -21,8 +21,8 @@ import numpy as np
 from densex.corpus.collections import iter_unit_batches
 from densex.corpus.columnar import UNIT_SCHEMA, ArrowTable, shard_path, write_shard
 from densex.corpus.readers import Skips, iter_proposition_rows
-from densex.corpus.sources import unit_sources
 from densex.corpus.segment import count_words
+from densex.corpus.sources import unit_sources
 from densex.corpus.units_key import DEFAULT_SHARD_UNITS
 from densex.utils.io import DataError
 from densex.utils.progress import Progress

@@ -51,9 +51,7 @@ def dpr_tsv_records(path: Path, skips: Skips) -> Iterator[RawQuestion]:
             continue
         if len(record) != 2:
             skips(
-                DataError(
-                    path, line, None, f"expected 2 tab-separated columns, got {len(record)}"
-                )
+                DataError(path, line, None, f"expected 2 tab-separated columns, got {len(record)}")
             )
             continue
         try:
