@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import gzip
 import json
+import runpy
 import shlex
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -30,6 +32,22 @@ def readme_command(fmt: str) -> list[str]:
                 cmd = cmd[:-1] + " " + lines[i + 1].strip()
             return shlex.split(cmd)
     raise AssertionError(f"README.md documents no command for input {fmt!r} ('# input: {fmt}')")
+
+
+def run_cli(words: list[str], *extra: str) -> int:
+    """Run `python SCRIPT ARGS...` (a README command) in this process, as the shell would run
+    it (argv, Hydra, preflight, the stage); its exit status."""
+    assert words[0] == "python", words
+    script, args = str(REPO / words[1]), [*words[2:], *extra]
+    argv = sys.argv
+    sys.argv = [script, *args]
+    try:
+        runpy.run_path(script, run_name="__main__")
+    except SystemExit as e:
+        return int(e.code or 0) if not isinstance(e.code, str) else 1
+    finally:
+        sys.argv = argv
+    return 0
 
 
 def fill(words: Sequence[str], **values: str) -> list[str]:
