@@ -236,7 +236,8 @@ def load_dataset_questions(
     the caller can count them in its results."""
     if dataset_cfg["format"] == "beir":
         qrels = dataset_cfg.get("qrels") or {}
-        keep = read_qrels(qrels["path"]) if qrels.get("format", "beir") != "squad" else None
+        beir_qrels = qrels.get("path") and qrels.get("format", "beir") != "squad"
+        keep = read_qrels(qrels["path"]) if beir_qrels else None
         limit = limit if limit is not None else dataset_cfg.get("limit")
         return load_beir_queries(dataset_cfg["path"], keep=keep, limit=limit)
     collector = _load(
