@@ -27,7 +27,8 @@ from densex.corpus.units_key import wanted_granularities
 from densex.data.qrels import load_dataset_qrels
 from densex.data.questions import load_dataset_questions
 from densex.pipelines.preflight.hub import PreflightError, first_line, hf_dataset_source
-from densex.utils.io import DataError, numbered_jsonl
+from densex.propositionizer.pairs import load_hf_pairs, load_jsonl_pairs, load_squad_open_pairs
+from densex.utils.io import DataError
 
 
 def first_rows(rows: Iterable[Any], key: str, where: Any, n: int = 1) -> list[Any]:
@@ -47,13 +48,6 @@ def first_rows(rows: Iterable[Any], key: str, where: Any, n: int = 1) -> list[An
     if not out:
         raise PreflightError(f"{where}: no records ({key})")
     return out
-
-
-def first_record(path: str | os.PathLike, key: str, nonempty: Iterable[str] = ()) -> dict:
-    """The first JSON object of a JSONL file (the located reader `utils.io.numbered_jsonl`),
-    with `nonempty` fields checked; a `PreflightError` naming `key` otherwise."""
-    p = Path(os.path.expanduser(str(path)))
-    return first_rows(numbered_jsonl(p, nonempty=tuple(nonempty)), key, path)[0][1]
 
 
 def _hub_only(source: Mapping[str, Any]) -> bool:
@@ -159,24 +153,37 @@ def check_dataset(dataset: DictConfig, limit: Any = None) -> int:
     return len(questions)
 
 
+def _pairs(load: Any, key: str, *args: Any) -> None:
+    """The training pairs read by the data module's own reader (`propositionizer.pairs`: small
+    files, read whole); its `DataError` becomes a `PreflightError` naming `key`."""
+    try:
+        pairs = load(*args)
+    except DataError as e:
+        raise PreflightError(f"{e} ({key})") from None
+    if not pairs:
+        raise PreflightError(f"{args[0]}: no training pairs ({key})")
+
+
 def check_train_data(data: DictConfig) -> dict[str, str]:
-    """Training pairs: squad-open passages + propositions, or a JSONL/HF `data.path`."""
+    """Training pairs (squad-open passages + propositions, or a JSONL/HF `data.path`), read by
+    the reader `propositionizer.data` calls for `data.format`."""
     fmt = str(data.get("format", "squad-open"))
     out: dict[str, str] = {}
     if fmt == "squad-open":
-        first_record(data.passages, "data.passages", nonempty=("id", "text"))
-        first_record(data.propositions, "data.propositions", nonempty=("id", "propositions"))
+        _pairs(load_squad_open_pairs, "data.passages, data.propositions", data.passages,
+               data.propositions)  # fmt: skip
         out = {"data.passages": str(data.passages), "data.propositions": str(data.propositions)}
     elif fmt == "jsonl":
         for key in ("path", "val_path"):
             if data.get(key) not in (None, "???"):
-                first_record(data[key], f"data.{key}")
+                _pairs(load_jsonl_pairs, f"data.{key}", data[key])
                 out[f"data.{key}"] = str(data[key])
         if "data.path" not in out:
             raise PreflightError("data=jsonl: set data.path=FILE (JSONL pairs)")
     elif fmt == "hf":
         if data.get("path") in (None, "???"):
             raise PreflightError("data=hf: set data.path=DIR (a datasets.save_to_disk dir)")
-        hf_dataset_source(str(data.path), "data.path")
         out["data.path"] = str(data.path)
+        if hf_dataset_source(str(data.path), "data.path") == "local":
+            _pairs(load_hf_pairs, "data.path", str(data.path), data.get("split") or "train")
     return out
