@@ -55,13 +55,15 @@ def table2_metrics(rows: Sequence[dict[str, Any]], ks: Sequence[int] = (5, 20)) 
 def metrics_legend(metrics: dict[str, Metrics]) -> str:
     """What the table's columns measure, naming the datasets that use gold metrics."""
     gold = sorted(d for d, ms in metrics.items() if any(f == "ndcg@10" for _, f in ms))
-    text = "R@k: passage recall@k (%, DPR has_answer on the answer strings)"
+    parts = []
+    if len(gold) < len(metrics):
+        parts.append("R@k: passage recall@k (%, DPR has_answer on the answer strings)")
     if gold:
-        text += (
-            f"; {', '.join(gold)} (no answer strings): nDCG@10, MRR@10 and gold recall gR@k"
+        parts.append(
+            f"{', '.join(gold)} (no answer strings): nDCG@10, MRR@10 and gold recall gR@k"
             " (%) against the qrels' gold passages"
         )
-    return text + "."
+    return "; ".join(parts) + "."
 
 
 # answer recall within the first l retrieved words, as the README's table shows it

@@ -105,5 +105,5 @@ def log_wandb(cfg: DictConfig, row, dpr_rows, units, results, curve) -> None:
 
     curve_path = Path(cfg.paths.output_dir) / CURVE_FILE
     answer_recall = read_curve(curve_path) if curve_path.exists() else None
-    log_cell(run, row, samples, curve, answer_recall)
+    log_cell(run, row, samples, curve if curve is not None else (), answer_recall)
     run.finish()
