@@ -105,3 +105,19 @@ def test_answerless_sweep_tests_and_compares_mrr(tmp_path: Path):
     assert "| Proposition | " in table and "†" in table  # MRR@10 above passage, marked
     winloss = (tmp_path / "winloss.csv").read_text(encoding="utf-8")
     assert "rr@10" in winloss and "hit@" not in winloss
+
+
+def test_no_answers_and_no_qrels_fails_in_preflight(tmp_path: Path):
+    """Queries without answer strings and a dataset without qrels: no metric is defined, so
+    preflight stops the cell before any work, naming the file and the fix."""
+    from densex.pipelines.preflight.hub import PreflightError
+    from densex.pipelines.preflight.run import preflight
+    from helpers.config import compose_config
+
+    (tmp_path / "corpus.jsonl").write_text('{"_id": "d1", "title": "T", "text": "A fact."}\n')
+    (tmp_path / "queries.jsonl").write_text('{"_id": "q1", "text": "Which fact?"}\n')
+    cfg = compose_config("evaluate", "corpus=beir", "dataset=beir", f"corpus.dir={tmp_path}",
+                         "dataset.qrels.path=null", "retriever=bm25")  # fmt: skip
+    with pytest.raises(PreflightError, match=r"queries\.jsonl: the questions have no answer"
+                       r" strings and the dataset no qrels.*dataset\.qrels\.path=FILE"):  # fmt: skip
+        preflight(cfg, "evaluate")

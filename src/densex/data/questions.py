@@ -25,7 +25,7 @@ matches — kept, as in DPR, but counted and logged with its file and line (`Unm
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +53,7 @@ log = get_logger(__name__)
 
 __all__ = [
     "FORMATS",
+    "has_answer_strings",
     "load_dataset_questions",
     "load_questions",
     "questions_from_hf",
@@ -217,6 +218,23 @@ def _done(path: Any, collector: _Collector, skips: Skips) -> _Collector:
     if not collector.rows:
         raise DataError(path, None, None, "no questions")
     return collector
+
+
+def has_answer_strings(
+    questions: Sequence[Mapping[str, Any]], dataset_cfg: Mapping[str, Any]
+) -> bool:
+    """Whether the questions carry answer strings (BEIR queries do not: then only the gold
+    metrics of the dataset's `qrels` are defined); neither answers nor qrels is a `DataError`
+    naming the dataset, as no metric would be defined."""
+    if any(q.get("answers") for q in questions):
+        return True
+    if not (dataset_cfg.get("qrels") or {}).get("path"):
+        raise DataError(
+            str(dataset_cfg.get("path")), None, None,
+            "the questions have no answer strings and the dataset no qrels: no metric is"
+            " defined (set dataset.qrels.path=FILE)",
+        )  # fmt: skip
+    return False
 
 
 def load_dataset_questions(

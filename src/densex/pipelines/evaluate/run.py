@@ -36,6 +36,7 @@ from typing import Any
 
 from omegaconf import DictConfig
 
+from densex.data.questions import has_answer_strings
 from densex.pipelines.evaluate.cell import Cell, load_questions, open_cell, search_cell
 from densex.pipelines.evaluate.metrics import cell_gold_metrics, cell_qa_metrics, recall_at_each_k
 from densex.pipelines.evaluate.outputs import log_wandb, print_metrics, write_cell_files
@@ -44,7 +45,6 @@ from densex.pipelines.propositions.run import run as run_propositions
 from densex.utils.distributed import global_rank
 from densex.utils.integrity import configure as configure_cache
 from densex.utils.integrity import remove_orphans
-from densex.utils.io import DataError
 from densex.utils.logging import get_logger
 
 log = get_logger(__name__)
@@ -91,16 +91,9 @@ def cutoffs(cfg: DictConfig) -> list[int]:
 
 
 def has_answers(cfg: DictConfig, questions: list[dict]) -> bool:
-    """Whether the questions carry answer strings (BEIR queries do not); without them and
-    without qrels no metric is defined: a `DataError` naming the dataset."""
-    if any(q.get("answers") for q in questions):
+    """`data.questions.has_answer_strings` for the cell's dataset, logged when it is False."""
+    if has_answer_strings(questions, cfg.dataset):
         return True
-    if not (cfg.dataset.get("qrels") or {}).get("path"):
-        raise DataError(
-            str(cfg.dataset.path), None, None,
-            "the questions have no answer strings and the dataset no qrels: no metric is"
-            " defined (set dataset.qrels.path=FILE)",
-        )  # fmt: skip
     log.info("%s: no answer strings; gold-passage metrics only", cfg.dataset.get("name"))
     return False
 

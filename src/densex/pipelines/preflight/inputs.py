@@ -25,7 +25,7 @@ from densex.corpus.readers import Skips
 from densex.corpus.sources import first_unit_rows, source_kind, source_rows, unit_sources
 from densex.corpus.units_key import wanted_granularities
 from densex.data.qrels import load_dataset_qrels
-from densex.data.questions import load_dataset_questions
+from densex.data.questions import has_answer_strings, load_dataset_questions
 from densex.pipelines.preflight.hub import PreflightError, first_line, hf_dataset_source
 from densex.propositionizer.pairs import load_hf_pairs, load_jsonl_pairs, load_squad_open_pairs
 from densex.utils.io import DataError
@@ -144,6 +144,7 @@ def check_dataset(dataset: DictConfig, limit: Any = None) -> int:
             skips=Skips(str(dataset.get("on_error") or "raise")),
         )
         load_dataset_qrels(dataset, [])  # SQuAD qrels: the file is read, no passage matched
+        has_answer_strings(questions, dataset)  # answers or qrels: some metric is defined
     except DataError as e:
         raise PreflightError(f"{e} (dataset)") from None
     except (OSError, ValueError) as e:
