@@ -257,6 +257,19 @@ def test_line5_with_on_error_skip_keeps_the_other_lines(tmp_path: Path) -> None:
     assert m["skipped"]["by_field"]["record"] == 1
 
 
+def test_line5_through_evaluate_one_line_exit_2(tmp_path: Path, capfd) -> None:
+    """evaluate.py reads the passages for its size estimate too: still the one located line."""
+    path, offset = _line5_file(tmp_path)
+    capfd.readouterr()
+    rc = run_cli(["python", "evaluate.py", "corpus=demo", "dataset=demo", "retriever=bm25",
+                  f"corpus.passages={path}", f"paths.cache_dir={tmp_path / 'c'}",
+                  f"hydra.run.dir={tmp_path / 'r'}"])  # fmt: skip
+    assert rc == 2
+    assert capfd.readouterr().err.splitlines() == [
+        f"error (bad input): {path}:5: invalid UTF-8 byte 0xe9 at byte offset {offset}"
+    ]
+
+
 @pytest.mark.parametrize("target", ["corpus.passages", "dataset.path", "qrels"])
 def test_random_bytes_through_the_cli(tmp_path: Path, capfd, target: str) -> None:
     """Random bytes as a passages, questions or qrels file: preflight's one located line."""
