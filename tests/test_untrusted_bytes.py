@@ -258,11 +258,12 @@ def test_line5_with_on_error_skip_keeps_the_other_lines(tmp_path: Path) -> None:
 
 
 def test_line5_through_evaluate_one_line_exit_2(tmp_path: Path, capfd) -> None:
-    """evaluate.py reads the passages for its size estimate too: still the one located line."""
+    """evaluate.py reads the passages for its size estimate too (retrieval files with text):
+    still the one located line."""
     path, offset = _line5_file(tmp_path)
     capfd.readouterr()
     rc = run_cli(["python", "evaluate.py", "corpus=demo", "dataset=demo", "retriever=bm25",
-                  f"corpus.passages={path}", f"paths.cache_dir={tmp_path / 'c'}",
+                  f"corpus.passages={path}", "retrieval_text=true", f"paths.cache_dir={tmp_path / 'c'}",
                   f"hydra.run.dir={tmp_path / 'r'}"])  # fmt: skip
     assert rc == 2
     assert capfd.readouterr().err.splitlines() == [
