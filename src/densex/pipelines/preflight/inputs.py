@@ -50,52 +50,48 @@ def first_rows(rows: Iterable[Any], key: str, where: Any, n: int = 1) -> list[An
     return out
 
 
-def _hub_only(source: Mapping[str, Any]) -> bool:
+def _hub_only(source: Mapping[str, Any], key: str) -> bool:
     """A collection source that is a hub id (streamed by the stage: checked in the cache only)."""
-    return source_format(source) == "hf_hub"
-
-
-def _check_sources(corpus: DictConfig, wanted: list[str], skips: Skips) -> dict[str, str]:
-    """Ready-made collections: each wanted source's first row, read as the stage reads it."""
-    out: dict[str, str] = {}
-    sources = corpus.get("sources") or {}
-    for g in wanted:
-        source = sources.get(g)
-        if not source:
-            continue
-        key = f"corpus.sources.{g}"
-        path = str(source.get("path"))
-        try:
-            hub = _hub_only(source)
-        except (DataError, ValueError) as e:
-            raise PreflightError(f"{e} ({key})") from None
-        if hub:
-            out[key] = hf_dataset_source(path, f"{key}.path")
-            continue
-        if g == "passage":
-            first_rows(source_rows(corpus, skips), key, path)
-        else:
-            first_rows(first_unit_rows(source, skips), key, path)
-        out[key] = path
-    return out
+    try:
+        return source_format(source) == "hf_hub"
+    except (DataError, ValueError) as e:
+        raise PreflightError(f"{e} ({key})") from None
 
 
 def _check_passages(corpus: DictConfig, skips: Skips) -> dict[str, str]:
-    """The passages file (densex or BEIR) or the documents, first rows through `source_rows`."""
+    """The passages source (a collection, a BEIR or densex passages file, or the documents):
+    its first rows through `source_rows`, the stage's dispatch."""
     kind = source_kind(corpus)
-    if kind == "documents":
-        src = corpus.get("documents")
+    if kind == "collection":
+        key, src = "corpus.sources.passage", str(corpus.sources.passage.get("path"))
+        if _hub_only(corpus.sources.passage, key):
+            return {key: hf_dataset_source(src, f"{key}.path")}
+    elif kind == "documents":
+        key, src = "corpus.documents", corpus.get("documents")
         if not src:
             raise PreflightError(
                 f"corpus {corpus.get('name')!r}: set corpus.passages=FILE or corpus.documents=..."
             )
         local = Path(os.path.expanduser(str(src))).exists()
         if str(corpus.documents_format) == "hf" and not local:
-            return {"corpus.documents": hf_dataset_source(str(src), "corpus.documents")}
-        first_rows(source_rows(corpus, skips), "corpus.documents", src)
-        return {"corpus.documents": str(src)}
-    first_rows(source_rows(corpus, skips), "corpus.passages", corpus.passages)
-    return {"corpus.passages": str(corpus.passages)}
+            return {key: hf_dataset_source(str(src), key)}
+    else:
+        key, src = "corpus.passages", corpus.passages
+    first_rows(source_rows(corpus, skips), key, src)
+    return {key: str(src)}
+
+
+def _check_units(granularity: str, source: Any, skips: Skips) -> dict[str, str]:
+    """A unit table's input (`unit_sources`): a collection's node or the propositions file,
+    its first rows through `first_unit_rows`, the stage's reader."""
+    if isinstance(source, str):
+        key, src = "corpus.propositions", source
+    else:
+        key, src = f"corpus.sources.{granularity}", str(source.get("path"))
+        if _hub_only(source, key):
+            return {key: hf_dataset_source(src, f"{key}.path")}
+    first_rows(first_unit_rows(source, skips), key, src)
+    return {key: src}
 
 
 def check_corpus(cfg: DictConfig, entry: str) -> dict[str, str]:
@@ -104,18 +100,16 @@ def check_corpus(cfg: DictConfig, entry: str) -> dict[str, str]:
     corpus = cfg.corpus
     skips = Skips(str(corpus.get("on_error") or "raise"))
     wanted = list(wanted_granularities(corpus))
-    if corpus.get("sources"):
-        return _check_sources(corpus, wanted, skips)
     out = _check_passages(corpus, skips)
-    ptype = str((cfg.get("propositionizer") or {}).get("type", "file"))
+    from_file = str((cfg.get("propositionizer") or {}).get("type", "file")) == "file"
+    units = unit_sources(corpus, wanted)
+    for g, source in units.items():
+        if from_file or not isinstance(source, str):  # a model propositionizer writes its own
+            out.update(_check_units(g, source, skips))
     wants_props = cfg.granularity.name == "proposition" or (
         entry == "index" and cfg.get("stage") in ("propositions",)
     )
-    props = unit_sources(corpus, wanted).get("proposition") if ptype == "file" else None
-    if props:
-        first_rows(first_unit_rows(props, skips), "corpus.propositions", props)
-        out["corpus.propositions"] = str(props)
-    elif wants_props and ptype == "file":
+    if wants_props and from_file and "proposition" not in units:
         raise PreflightError(
             "granularity=proposition needs propositions: corpus.propositions=FILE (JSONL"
             ' {"id": passage_id, "propositions": [...]}) or a model propositionizer'
