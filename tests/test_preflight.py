@@ -48,7 +48,7 @@ def test_bad_first_record_names_key_file_and_line(repo_root, tmp_path):
     bad.write_text('\n{"id": "a", "text": ""}\n')
     cfg = _cfg(repo_root, "evaluate", "corpus=demo", "dataset=demo", f"corpus.passages={bad}")
     with pytest.raises(
-        PreflightError, match=r"corpus\.passages: .*passages\.jsonl:2: field 'text'"
+        PreflightError, match=r"passages\.jsonl:2: field 'text': empty \(corpus\.passages\)"
     ):
         preflight(cfg, "evaluate")
 

@@ -93,17 +93,19 @@ def popularity_bucket(value: float | None) -> str | None:
 
 def per_question_rows(
     questions: Sequence[Mapping[str, Any]],
-    hits: np.ndarray,
+    hits: np.ndarray | None,
     topk: Sequence[int],
     extra: Mapping[str, Sequence[Any]] | None = None,
 ) -> list[dict[str, Any]]:
     """Rows for `per_question.jsonl` from the cell's `[n_questions, K]` has_answer matrix (rank
-    order) and per-question `extra` columns (e.g. `words_to_answer`, `em@100`, `gold_rank`)."""
-    hits = np.asarray(hits, dtype=bool)
+    order) and per-question `extra` columns (e.g. `words_to_answer`, `em@100`, `gold_rank`).
+    `hits` None (questions without answer strings): no `first_hit_rank` / `hit@k` columns."""
+    defined = hits is not None
+    hits = np.asarray(hits if defined else np.zeros((len(questions), 1)), dtype=bool)
     if hits.shape[0] != len(questions):
         raise ValueError(f"{hits.shape[0]} hit rows for {len(questions)} questions")
     any_hit = hits.any(axis=1)
-    first = np.where(any_hit, hits.argmax(axis=1) + 1, 0)
+    first = np.where(any_hit, hits.argmax(axis=1) + 1, 0) if hits.shape[1] else any_hit
     cum = np.logical_or.accumulate(hits, axis=1) if hits.size else hits
     extra = dict(extra or {})
     for name, values in extra.items():
@@ -118,9 +120,12 @@ def per_question_rows(
         }
         if "relation" in q:
             row["relation"] = q["relation"]
-        row["first_hit_rank"] = int(first[i]) if first[i] else None
-        for k in topk:
-            row[f"hit@{k}"] = bool(cum[i, min(k, hits.shape[1]) - 1]) if hits.shape[1] else False
+        if defined:
+            row["first_hit_rank"] = int(first[i]) if first[i] else None
+            for k in topk:
+                row[f"hit@{k}"] = (
+                    bool(cum[i, min(k, hits.shape[1]) - 1]) if hits.shape[1] else False
+                )
         for name, values in extra.items():
             v = values[i]
             row[name] = v.item() if isinstance(v, np.generic) else v

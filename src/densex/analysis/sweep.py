@@ -59,7 +59,8 @@ def analyze_sweep(
         log.warning("no results.jsonl under %s: nothing to analyse", sweep_dir)
         return {}
     rows = load_results(paths)
-    ks = [k for k in ks if any(f"recall@{k}" in r for r in rows)]
+    # cut-offs some cell has: answer recall@k, or gold recall@k (no answer strings: BEIR)
+    ks = [k for k in ks if any(f"recall@{k}" in r or f"gold_recall@{k}" in r for r in rows)]
     written: dict[str, Any] = {}
     sig = sweep_significance(rows, ks, n_resamples, seed)
     written["significance"] = write_significance(sig, sweep_dir)

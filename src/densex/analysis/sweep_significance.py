@@ -134,14 +134,22 @@ def _p(p: float) -> str:
 def table2_marks(
     sig: Sequence[Mapping[str, Any]], table: Sequence[Mapping[str, Any]], alpha: float = 0.05
 ) -> dict[tuple, str]:
-    """Markers for `write_table2(marks=)`: `†`/`‡` on a granularity's R@k significantly above
-    passage / sentence; `*`/`**` on the Δ prop − psg row when that difference is significant."""
+    """Markers for `write_table2(marks=)`: `†`/`‡` on a granularity's R@k (MRR@10 for a dataset
+    without answer strings, where the table shows it) significantly above passage / sentence;
+    `*`/`**` on the Δ prop − psg row when that difference is significant."""
     varying = {c for c in ("corpus", "index") if table and c in table[0]}
     marks: dict[tuple, str] = {}
+    columns = set(table[0]) if table else set()
     for r in sig:
-        if not str(r["metric"]).startswith("hit@"):
+        metric = str(r["metric"])
+        if metric.startswith("hit@"):
+            col = f"{r['dataset']} R@{metric[4:]}"
+        elif metric == "rr@10":  # a dataset without answer strings shows MRR@10 instead
+            col = f"{r['dataset']} MRR@10"
+        else:
             continue
-        col = f"{r['dataset']} R@{r['metric'][4:]}"
+        if col not in columns:
+            continue
         labels = {"retriever": r["retriever"]}
         labels.update({c: r[c] for c in varying})
         p = r["p_randomization"]

@@ -38,7 +38,8 @@ def sweep_winloss(
     n_examples: int = 3,
 ) -> list[dict[str, Any]]:
     """Win/loss rows for every compared pair of cells (as `sweep_significance` pairs them) on
-    `hit@k` for each k in `ks`."""
+    the metrics the cells have (`winloss_metrics`: `hit@k` for each k in `ks`, or MRR@10's
+    gold-in-top-10 for a dataset without answer strings)."""
     blocks: dict[tuple, dict[str, Mapping[str, Any]]] = {}
     for row in rows:
         block = tuple(cell_label(row.get(f)) for f in BLOCK_FIELDS)
@@ -53,11 +54,19 @@ def sweep_winloss(
             for d in (da, db):
                 if d not in cache:
                     cache[d] = read_per_question(d)
-            for k in ks:
-                for r in win_loss(cache[da], cache[db], f"hit@{k}", n_examples, popularity):
+            for metric in winloss_metrics(cache[da], ks):
+                for r in win_loss(cache[da], cache[db], metric, n_examples, popularity):
                     out.append({**dict(zip(BLOCK_FIELDS, block)), "a": a, "b": b,
-                                "metric": f"hit@{k}", **r})  # fmt: skip
+                                "metric": metric, **r})  # fmt: skip
     return out
+
+
+def winloss_metrics(per_question: Mapping[str, Mapping[str, Any]], ks: Sequence[int]) -> list[str]:
+    """The 0/1 per-question metrics a cell has: `hit@k` for `ks` (answer strings), else (no
+    answer strings: BEIR) `rr@10` (> 0: a gold passage in the top 10), else none."""
+    first = next(iter(per_question.values()), {})
+    hits = [f"hit@{k}" for k in ks if f"hit@{k}" in first]
+    return hits or (["rr@10"] if "rr@10" in first else [])
 
 
 WINLOSS_FIELDS = (
@@ -84,8 +93,9 @@ def write_winloss(
             r
         )
     parts = ["Per-question wins and losses: A wins = only A has an answer-bearing passage in the"
-             " top k; buckets by question length, answer type (first gold answer: date /"
-             " number / entity / other) and entity popularity where known.\n"]  # fmt: skip
+             " top k (R@k; MRR@10 for a dataset without answer strings: only A has a gold"
+             " passage in the top 10); buckets by question length, answer type (first gold"
+             " answer: date / number / entity / other) and entity popularity where known.\n"]  # fmt: skip
     for key, rs in groups.items():
         corpus, index, retriever, dataset, a, b, metric = key
         parts.append(

@@ -8,17 +8,20 @@ directly; sentence and proposition units are built from them as for any corpus
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from typing import Any
 
 from densex.corpus.readers import Skips
 from densex.utils.io import DataError, numbered_jsonl
 
 
-def read_beir_corpus(path: str | os.PathLike, skips: Skips | None = None) -> list[dict[str, Any]]:
-    """Passages `{"id", "title", "section": "", "text"}` from a BEIR `corpus.jsonl`; bad rows
-    (missing `_id`/`text`, duplicate ids) go through `skips` (raise by default)."""
+def iter_beir_corpus(
+    path: str | os.PathLike, skips: Skips | None = None
+) -> Iterator[dict[str, Any]]:
+    """Passages `{"id", "title", "section": "", "text"}` of a BEIR `corpus.jsonl`, streamed
+    (only the ids seen are kept, to refuse duplicates); bad rows (missing `_id`/`text`,
+    duplicate ids) go through `skips` (raise by default)."""
     skips = skips or Skips()
-    out: list[dict[str, Any]] = []
     seen: set[str] = set()
     for line, row in numbered_jsonl(path, on_error=skips):
         pid, text = row.get("_id"), row.get("text")
@@ -33,5 +36,9 @@ def read_beir_corpus(path: str | os.PathLike, skips: Skips | None = None) -> lis
             skips(DataError(path, line, "_id", f"duplicate document id {pid!r}"))
             continue
         seen.add(pid)
-        out.append({"id": pid, "title": str(row.get("title") or ""), "section": "", "text": text})
-    return out
+        yield {"id": pid, "title": str(row.get("title") or ""), "section": "", "text": text}
+
+
+def read_beir_corpus(path: str | os.PathLike, skips: Skips | None = None) -> list[dict[str, Any]]:
+    """`iter_beir_corpus` as a list (small corpora, tests)."""
+    return list(iter_beir_corpus(path, skips))

@@ -5,23 +5,20 @@ directory (`hf_disk`) and a hub id (`hf_hub`) apart; `source_rows` yields every 
 `((source, line or None, row), row index)`, `limit` applied. Nothing holds a whole file or
 dataset in memory: JSONL (plain, `.gz`, `.bz2`) is read line by line, saved datasets are
 memory-mapped Arrow read a batch at a time, hub datasets are opened with `streaming=True`. A
-line that is not a JSON object is a `DataError(file, line)` for `Skips`. The source keys are
+line that is not a JSON object (or not UTF-8) is a `DataError(file, line)` for `Skips`. The source keys are
 listed in `corpus.collections`.
 """
 
 from __future__ import annotations
 
-import bz2
-import gzip
 import itertools
-import json
 import os
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 from densex.corpus.readers import Skips
-from densex.utils.io import DataError, decode_line
+from densex.utils.io import DataError, numbered_jsonl
 
 __all__ = ["Row", "source_files", "source_format", "source_rows", "source_setting"]
 
@@ -82,33 +79,11 @@ def source_files(path: str | os.PathLike) -> list[Path]:
     return files
 
 
-def _open_bytes(path: Path) -> Any:
-    if path.name.endswith(".gz"):
-        return gzip.open(path, "rb")
-    if path.name.endswith(".bz2"):
-        return bz2.open(path, "rb")
-    return path.open("rb")
-
-
 def _jsonl_rows(path: Path, skips: Skips) -> Iterator[Row]:
-    """(file, line, object) per JSON line, streamed (compressed files too)."""
-    with _open_bytes(path) as f:
-        for lineno, raw in enumerate(f, start=1):
-            try:
-                line = decode_line(raw, path, lineno)
-                if not line.strip():
-                    continue
-                row = json.loads(line)
-            except json.JSONDecodeError as e:
-                skips(DataError(path, lineno, None, f"invalid JSON ({e.msg} at column {e.colno})"))
-                continue
-            except DataError as e:
-                skips(e)
-                continue
-            if not isinstance(row, dict):
-                skips(DataError(path, lineno, None, f"expected a JSON object, got {type(row).__name__}"))  # fmt: skip
-                continue
-            yield str(path), lineno, row
+    """(file, line, object) per JSON line, streamed (compressed files too), read by the one
+    located reader of untrusted bytes (`utils.io.numbered_jsonl`)."""
+    for lineno, row in numbered_jsonl(path, on_error=skips):
+        yield str(path), lineno, row
 
 
 def _hf_rows(source_cfg: Mapping[str, Any], fmt: str) -> Iterator[Row]:

@@ -9,21 +9,19 @@ without one. Passage ids must be unique (a repeat is a `DataError` for `Skips`).
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from densex.corpus.beir import read_beir_corpus
-from densex.corpus.collections import iter_passage_batches
 from densex.corpus.columnar import PASSAGE_SCHEMA, UNIT_SCHEMA, ArrowTable, shard_path, write_shard
-from densex.corpus.documents import read_documents
-from densex.corpus.readers import Skips, iter_passages
+from densex.corpus.readers import Skips
 from densex.corpus.segment import (
     count_words,
     load_sentencizer,
     segment_paragraphs,
     split_sentences_many,
 )
+from densex.corpus.sources import source_rows
 from densex.corpus.units_key import DEFAULT_SHARD_ROWS, segmentation_settings
 from densex.utils.io import DataError
 from densex.utils.logging import get_logger
@@ -33,37 +31,6 @@ from densex.utils.shards import batched
 log = get_logger(__name__)
 
 __all__ = ["build_passage_shards"]
-
-
-def _source_rows(corpus_cfg: Mapping[str, Any], skips: Skips) -> Iterator[dict[str, Any]]:
-    """Passages (`corpus.passages`) or documents (`corpus.documents`), streamed."""
-    sources = corpus_cfg.get("sources") or {}
-    if sources.get("passage"):  # a ready-made collection (FactoidWiki's passages)
-        return _unique(_collection_passages(sources["passage"], skips), skips, sources["passage"])
-    src = corpus_cfg.get("passages")
-    if src and corpus_cfg.get("passages_format") == "beir":  # BEIR corpus.jsonl: a doc a passage
-        return iter(read_beir_corpus(src, skips))
-    if src:
-        return iter_passages(src, skips)
-    return read_documents(corpus_cfg, skips)
-
-
-def _collection_passages(source_cfg: Mapping[str, Any], skips: Skips) -> Iterator[dict]:
-
-    for batch in iter_passage_batches(source_cfg, skips, 10_000):
-        yield from batch
-
-
-def _unique(rows: Iterator[dict], skips: Skips, source_cfg: Mapping[str, Any]) -> Iterator[dict]:
-    """Passages with an id not seen before (a repeat is a `DataError` for `skips`)."""
-    seen: set[str] = set()
-    for row in rows:
-        if row["id"] in seen:
-            skips(DataError(str(source_cfg.get("path")), None, "id",
-                            f"duplicate passage id {row['id']!r}"))  # fmt: skip
-            continue
-        seen.add(row["id"])
-        yield row
 
 
 def _segment_batch(
@@ -140,7 +107,7 @@ def build_passage_shards(
     seen: set[str] = set()  # documents: the passage ids made so far (ids must be unique)
     offset = kept = 0
     with Progress("units: passages", unit="passages") as bar:
-        for b, batch in enumerate(batched(_source_rows(corpus_cfg, skips), shard_rows)):
+        for b, batch in enumerate(batched(source_rows(corpus_cfg, skips), shard_rows)):
             done = shard_path(out / "arrow" / "passages", b)
             if done.exists():  # resumed: this shard was completed by an earlier run
                 table = ArrowTable.open_files([done])

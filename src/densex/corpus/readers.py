@@ -32,6 +32,7 @@ log = get_logger(__name__)
 __all__ = [
     "Skips",
     "iter_passages",
+    "iter_proposition_rows",
     "nonempty_text",
     "read_passages",
     "read_squad_documents",
@@ -147,3 +148,37 @@ def iter_passages(path: str | os.PathLike, skips: Skips | None = None) -> Iterat
             "section": str(row.get("section") or ""),
             "text": row["text"],
         }
+
+
+def iter_proposition_rows(
+    path: str | os.PathLike, skips: Skips | None = None
+) -> Iterator[tuple[int, str, list[str]]]:
+    """`(line, passage id, propositions)` of each row of a propositions JSONL
+    `{"id": passage_id, "propositions": [str, ...]}`, streamed; a row without an id or with
+    no usable proposition, and each empty or non-string proposition, is a `DataError` for
+    `skips`. Whether the id names a passage is the units builder's check."""
+    skips = skips or Skips()
+    for lineno, row in numbered_jsonl(path, on_error=skips):
+        pid = row.get("id")
+        if not isinstance(pid, str) or not pid:
+            skips(DataError(path, lineno, "id", why_not_text(pid, "id" not in row)))
+            continue
+        props = row.get("propositions")
+        if not isinstance(props, list):
+            why = (
+                "missing"
+                if "propositions" not in row
+                else f"expected a list, got {type(props).__name__}"
+            )
+            skips(DataError(path, lineno, "propositions", why))
+            continue
+        kept = []
+        for i, p in enumerate(props):
+            if isinstance(p, str) and p.strip():
+                kept.append(p.strip())
+            else:
+                skips(DataError(path, lineno, f"propositions[{i}]", "empty or not a string"))
+        if not kept:
+            skips(DataError(path, lineno, "propositions", "no propositions"))
+            continue
+        yield lineno, pid, kept

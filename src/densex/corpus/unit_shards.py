@@ -20,42 +20,14 @@ import numpy as np
 
 from densex.corpus.collections import iter_unit_batches
 from densex.corpus.columnar import UNIT_SCHEMA, ArrowTable, shard_path, write_shard
-from densex.corpus.readers import Skips
+from densex.corpus.readers import Skips, iter_proposition_rows
 from densex.corpus.segment import count_words
+from densex.corpus.sources import unit_sources
 from densex.corpus.units_key import DEFAULT_SHARD_UNITS
-from densex.utils.io import DataError, numbered_jsonl
+from densex.utils.io import DataError
 from densex.utils.progress import Progress
 
 __all__ = ["build_unit_tables"]
-
-
-def _check_proposition_row(
-    path: Any, lineno: int, row: dict[str, Any], row_of: dict[str, int], seen: np.ndarray,
-    skips: Skips,
-) -> tuple[int, list[str]] | None:  # fmt: skip
-    """(passage row, propositions) of one `{"id", "propositions"}` row, or None (skipped)."""
-    pid = row.get("id")
-    if not isinstance(pid, str) or not pid:
-        return skips(DataError(path, lineno, "id", "missing or empty"))
-    prow = row_of.get(pid)
-    if prow is None:
-        return skips(DataError(path, lineno, "id", f"unknown passage id {pid!r}"))
-    if seen[prow]:
-        return skips(DataError(path, lineno, "id", f"duplicate passage id {pid!r}"))
-    seen[prow] = True
-    props = row.get("propositions")
-    if not isinstance(props, list):
-        why = f"expected a list, got {type(props).__name__}"
-        return skips(DataError(path, lineno, "propositions", why))
-    kept = []
-    for i, p in enumerate(props):
-        if isinstance(p, str) and p.strip():
-            kept.append(p.strip())
-        else:
-            skips(DataError(path, lineno, f"propositions[{i}]", "empty or not a string"))
-    if not kept:
-        return skips(DataError(path, lineno, "propositions", "no propositions"))
-    return prow, kept
 
 
 class _UnitShards:
@@ -99,13 +71,18 @@ def _build_proposition_shards(
     seen = np.zeros(len(passages), dtype=bool)
     shards = _UnitShards(out, "proposition", shard_units)
     with Progress("units: propositions", unit="passages") as bar:
-        for lineno, row in numbered_jsonl(path, on_error=skips):
-            checked = _check_proposition_row(path, lineno, row, row_of, seen, skips)
+        for lineno, pid, props in iter_proposition_rows(path, skips):
             bar.advance(1)
-            if checked is not None:
-                prow, props = checked
-                for i, text in enumerate(props):
-                    shards.add(f"{row['id']}::p{i}", row["id"], prow, text)
+            prow = row_of.get(pid)
+            if prow is None:
+                skips(DataError(path, lineno, "id", f"unknown passage id {pid!r}"))
+                continue
+            if seen[prow]:
+                skips(DataError(path, lineno, "id", f"duplicate passage id {pid!r}"))
+                continue
+            seen[prow] = True
+            for i, text in enumerate(props):
+                shards.add(f"{pid}::p{i}", pid, prow, text)
     shards.close()
     for prow in np.flatnonzero(~seen).tolist():
         pid = passages.slice("id", prow, prow + 1)[0]
@@ -140,22 +117,21 @@ def build_unit_tables(
     propositions_path: str | os.PathLike | None, skips: Skips,
 ) -> list[str]:  # fmt: skip
     """The unit tables beyond the passage shards' own (a collection's sentences/propositions,
-    the propositions file); returns the granularities built, in order."""
-    sources = dict(corpus_cfg.get("sources") or {})
+    the propositions file: `corpus.sources.unit_sources`); returns the granularities built,
+    in order."""
     shard_units = int(corpus_cfg.get("shard_units") or DEFAULT_SHARD_UNITS)
-    props_path = propositions_path or corpus_cfg.get("propositions")
+    inputs = unit_sources(corpus_cfg, list(wanted), propositions_path)
+    row_of = _passage_rows(passages) if inputs else None  # passage id -> row, built once
     grans = []
-    row_of: dict[str, int] | None = None  # passage id -> row, built once if any table needs it
     for g in wanted:
-        if g != "passage" and (sources.get(g) or (g == "proposition" and props_path)):
-            row_of = row_of if row_of is not None else _passage_rows(passages)
-        if sources.get(g) and g != "passage":
-            _build_collection_shards(sources[g], g, row_of, out, skips, shard_units)
+        source = inputs.get(g)
+        if isinstance(source, str):  # the propositions file
+            _build_proposition_shards(source, passages, row_of, out, skips, shard_units)
+        elif source is not None:
+            _build_collection_shards(source, g, row_of, out, skips, shard_units)
         elif g == "proposition":
-            if not props_path:
-                shutil.rmtree(out / "arrow" / "proposition", ignore_errors=True)
-                (out / "proposition.jsonl").unlink(missing_ok=True)
-                continue
-            _build_proposition_shards(props_path, passages, row_of, out, skips, shard_units)
+            shutil.rmtree(out / "arrow" / "proposition", ignore_errors=True)
+            (out / "proposition.jsonl").unlink(missing_ok=True)
+            continue
         grans.append(g)
     return grans

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from densex.utils.io import DataError, read_json
+from densex.utils.io import DataError, numbered_lines, read_json
 
 Qrels = dict[str, dict[str, float]]
 
@@ -34,30 +34,25 @@ _WS = re.compile(r"\s+")
 def read_qrels(path: str | os.PathLike) -> Qrels:
     """BEIR TSV (`query-id corpus-id score`, optional header) or TREC (`qid 0 docid rel`)."""
     path = Path(path)
-    if not path.exists():
-        raise DataError(path, None, None, "qrels file not found")
     out: Qrels = {}
-    with path.open(encoding="utf-8") as f:
-        for lineno, line in enumerate(f, start=1):
-            line = line.rstrip("\n")
-            if not line.strip():
-                continue
-            cols = line.split("\t") if "\t" in line else line.split()
-            if lineno == 1 and cols[0].strip().lower() in ("query-id", "query_id", "qid"):
-                continue
-            if len(cols) == 4:  # TREC: qid iter docid rel
-                qid, _, did, rel = cols
-            elif len(cols) == 3:
-                qid, did, rel = cols
-            else:
-                raise DataError(
-                    path, lineno, None, f"expected 3 (BEIR) or 4 (TREC) columns: {line!r}"
-                )
-            try:
-                value = float(rel)
-            except ValueError as e:
-                raise DataError(path, lineno, "score", f"not a number: {rel!r}") from e
-            out.setdefault(qid.strip(), {})[did.strip()] = value
+    for lineno, line in numbered_lines(path):  # bytes decoded per line: a bad byte is located
+        line = line.rstrip("\r\n")
+        if not line.strip():
+            continue
+        cols = line.split("\t") if "\t" in line else line.split()
+        if lineno == 1 and cols[0].strip().lower() in ("query-id", "query_id", "qid"):
+            continue
+        if len(cols) == 4:  # TREC: qid iter docid rel
+            qid, _, did, rel = cols
+        elif len(cols) == 3:
+            qid, did, rel = cols
+        else:
+            raise DataError(path, lineno, None, f"expected 3 (BEIR) or 4 (TREC) columns: {line!r}")
+        try:
+            value = float(rel)
+        except ValueError as e:
+            raise DataError(path, lineno, "score", f"not a number: {rel!r}") from e
+        out.setdefault(qid.strip(), {})[did.strip()] = value
     if not out:
         raise DataError(path, None, None, "no qrels")
     return out

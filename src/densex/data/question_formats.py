@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from densex.corpus.readers import Skips
-from densex.utils.io import DataError, decode_line, numbered_jsonl, read_json
+from densex.utils.io import DataError, numbered_jsonl, numbered_lines, read_json
 
 HF_SCHEMAS = ("nq_open", "trivia_qa", "web_questions", "squad", "generic")
 
@@ -39,35 +39,27 @@ def jsonl_records(
 def dpr_tsv_records(path: Path, skips: Skips) -> Iterator[RawQuestion]:
     """Records of a DPR TSV file (`question<TAB>['ans', ...]`, CSV quoting allowed; a header line
     `question`, `answers` is skipped)."""
-    if not path.exists():
-        raise DataError(path, None, None, "file not found")
-    with path.open("rb") as f:  # bytes: a bad byte is a located, skippable error
-        offset = 0
-        for line, raw in enumerate(f, start=1):
-            start, offset = offset, offset + len(raw)
-            try:
-                text = decode_line(raw, path, line, start)
-            except DataError as e:
-                skips(e)
-                continue
+    for line, text in numbered_lines(path, on_error=skips):  # a bad byte: located, skippable
+        try:
             record = next(csv.reader([text.rstrip("\r\n")], delimiter="\t"), [])
-            if not record or (len(record) == 1 and not record[0].strip()):
-                continue
-            if line == 1 and [c.strip().lower() for c in record] == ["question", "answers"]:
-                continue
-            if len(record) != 2:
-                skips(
-                    DataError(
-                        path, line, None, f"expected 2 tab-separated columns, got {len(record)}"
-                    )
-                )
-                continue
-            try:
-                answers = ast.literal_eval(record[1])
-            except (ValueError, SyntaxError) as e:
-                skips(DataError(path, line, "answers", f"not a Python list literal ({e})"))
-                continue
-            yield line, None, record[0], answers, {}, ""
+        except csv.Error as e:
+            skips(DataError(path, line, None, f"not a tab-separated line ({e})"))
+            continue
+        if not record or (len(record) == 1 and not record[0].strip()):
+            continue
+        if line == 1 and [c.strip().lower() for c in record] == ["question", "answers"]:
+            continue
+        if len(record) != 2:
+            skips(
+                DataError(path, line, None, f"expected 2 tab-separated columns, got {len(record)}")
+            )
+            continue
+        try:
+            answers = ast.literal_eval(record[1])
+        except (ValueError, SyntaxError) as e:
+            skips(DataError(path, line, "answers", f"not a Python list literal ({e})"))
+            continue
+        yield line, None, record[0], answers, {}, ""
 
 
 def json_list(path: Path) -> list[Any]:

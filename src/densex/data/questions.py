@@ -25,7 +25,7 @@ matches — kept, as in DPR, but counted and logged with its file and line (`Unm
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +53,7 @@ log = get_logger(__name__)
 
 __all__ = [
     "FORMATS",
+    "has_answer_strings",
     "load_dataset_questions",
     "load_questions",
     "questions_from_hf",
@@ -219,6 +220,23 @@ def _done(path: Any, collector: _Collector, skips: Skips) -> _Collector:
     return collector
 
 
+def has_answer_strings(
+    questions: Sequence[Mapping[str, Any]], dataset_cfg: Mapping[str, Any]
+) -> bool:
+    """Whether the questions carry answer strings (BEIR queries do not: then only the gold
+    metrics of the dataset's `qrels` are defined); neither answers nor qrels is a `DataError`
+    naming the dataset, as no metric would be defined."""
+    if any(q.get("answers") for q in questions):
+        return True
+    if not (dataset_cfg.get("qrels") or {}).get("path"):
+        raise DataError(
+            str(dataset_cfg.get("path")), None, None,
+            "the questions have no answer strings and the dataset no qrels: no metric is"
+            " defined (set dataset.qrels.path=FILE)",
+        )  # fmt: skip
+    return False
+
+
 def load_dataset_questions(
     dataset_cfg: Mapping[str, Any],
     limit: int | None = None,
@@ -236,7 +254,8 @@ def load_dataset_questions(
     the caller can count them in its results."""
     if dataset_cfg["format"] == "beir":
         qrels = dataset_cfg.get("qrels") or {}
-        keep = read_qrels(qrels["path"]) if qrels.get("format", "beir") != "squad" else None
+        beir_qrels = qrels.get("path") and qrels.get("format", "beir") != "squad"
+        keep = read_qrels(qrels["path"]) if beir_qrels else None
         limit = limit if limit is not None else dataset_cfg.get("limit")
         return load_beir_queries(dataset_cfg["path"], keep=keep, limit=limit)
     collector = _load(

@@ -7,7 +7,7 @@ composition. The question readers take the composed node (`load_dataset_question
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from densex.utils.config import check_choices
 
@@ -18,9 +18,10 @@ QRELS_FORMATS = ("beir", "trec", "squad")
 
 @dataclass
 class QrelsSpec:
-    """Gold passages of a question set: a BEIR/TREC qrels TSV or SQuAD's own JSON."""
+    """Gold passages of a question set: a BEIR/TREC qrels TSV or SQuAD's own JSON; `path`
+    null: none (so `dataset.qrels.path=FILE` adds them from the command line)."""
 
-    path: str
+    path: str | None = None
     format: str = "beir"  # beir | trec | squad
 
     def __post_init__(self) -> None:
@@ -42,7 +43,7 @@ class DatasetSpec:
     on_error: str = "raise"  # raise | skip (skipped records are counted and logged)
     limit: int | None = None  # the first N questions (quick checks)
     dir: str | None = None  # beir: the dataset folder the paths are relative to
-    qrels: QrelsSpec | None = None
+    qrels: QrelsSpec = field(default_factory=QrelsSpec)
 
     def __post_init__(self) -> None:
         check_choices(

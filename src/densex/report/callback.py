@@ -45,14 +45,15 @@ def aggregate_sweep(
         return {"rows": [], "table2": []}
     rows = load_results(paths)
     # cut-offs no job computed (e.g. topk=[1,5] and ks=[5,20]) are left out, not an error
-    ks = [k for k in ks if any(f"recall@{k}" in r for r in rows)] or [
-        int(m.split("@")[1]) for m in rows[0] if m.startswith("recall@")
+    # (answer recall@k, or gold recall@k for a dataset without answer strings)
+    ks = [k for k in ks if any(f"recall@{k}" in r or f"gold_recall@{k}" in r for r in rows)] or [
+        int(m.split("@")[1]) for m in rows[0] if m.startswith(("recall@", "gold_recall@"))
     ]
     table = write_table2(rows, sweep_dir, ks)
     log.info("sweep %s: %d results rows", sweep_dir, len(rows))
     print_table2(table)
     full = table2_rows(rows, metrics=full_metrics(rows))
-    print_table2(full, title="All cut-offs: recall@k (R@k) and answer recall at l words (AR@l), %")
+    print_table2(full, title="All cut-offs: R@k, AR@l words (or nDCG@10, MRR@10, gR@k), %")
     written: dict[str, Any] = {"rows": rows, "table2": table, "table2_md": sweep_dir / "table2.md"}
 
     if any(k.startswith("em@") for row in rows for k in row):

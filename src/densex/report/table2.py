@@ -19,6 +19,13 @@ from densex.report.naming import (
     DATASET_LABEL,
 )
 from densex.report.pivot import RESULT_FIELDS, cell_key, duplicate_cell, pivot_axes
+from densex.report.table2_metrics import (
+    Metrics,
+    datasets_of,
+    full_metrics,
+    metrics_legend,
+    table2_metrics,
+)
 from densex.utils.io import DataError, atomic_open, read_jsonl
 from densex.utils.logging import render
 
@@ -50,14 +57,14 @@ def load_results(paths: Iterable[str | os.PathLike]) -> list[dict[str, Any]]:
 
 
 def _table2_cells(
-    rows: Sequence[dict[str, Any]], metrics: Sequence[tuple[str, str]]
+    rows: Sequence[dict[str, Any]], metrics: dict[str, Metrics]
 ) -> dict[tuple, list[dict[str, Any]]]:
-    """Rows grouped by cell (`pivot.cell_key`); a row missing a metric, or a second row of a
-    cell with the same budget and reader, is a DataError."""
+    """Rows grouped by cell (`pivot.cell_key`); a row missing a metric of its dataset, or a
+    second row of a cell with the same budget and reader, is a DataError."""
     cells: dict[tuple, list[dict[str, Any]]] = {}
     seen: dict[tuple, tuple[int, dict[str, Any]]] = {}
     for i, row in enumerate(rows):
-        for _, field in metrics:
+        for _, field in metrics[str(row.get("dataset"))]:
             if field not in row:
                 raise DataError(row.get("job_dir", "<rows>"), i + 1, field, "missing")
         key = cell_key(row, CONDITION_FIELDS)
@@ -74,10 +81,20 @@ def _table2_cells(
     return cells
 
 
+def _per_dataset(
+    rows: Sequence[dict[str, Any]], ks: Sequence[int], metrics: Any
+) -> dict[str, list[tuple[str, str]]]:
+    if metrics is None:
+        return table2_metrics(rows, ks)
+    if isinstance(metrics, dict):
+        return {str(d): list(m) for d, m in metrics.items()}
+    return {d: list(metrics) for d in datasets_of(rows)}
+
+
 def table2_rows(
     rows: Sequence[dict[str, Any]],
     ks: Sequence[int] = (5, 20),
-    metrics: Sequence[tuple[str, str]] | None = None,
+    metrics: Metrics | dict[str, Metrics] | None = None,
 ) -> list[dict[str, Any]]:
     """Flat Table 2 rows: `retriever`, `granularity`, `{dataset} R@k` ..., `Avg R@k` (in %).
 
@@ -89,16 +106,19 @@ def table2_rows(
     all datasets of the table and left empty (NaN) if a row misses one, as a partial average is
     not comparable. After each block (retriever [x corpus x index]) comes a `gain` row:
     proposition minus passage, in points. Rows carry recall in percent (as evaluate writes it).
-    `metrics` ((column label, row key) pairs, default `("R@k", "recall@k")` for each k) gives
-    other columns, e.g. `("AR@100", "answer_recall@100")`.
+    `metrics` ((column label, row key) pairs for every dataset, or `{dataset: pairs}`; default
+    `table2_metrics`: `R@k` per k, gold metrics for a dataset without answer strings) gives
+    the columns, e.g. `("AR@100", "answer_recall@100")`. `Avg` columns are the metrics every
+    dataset has.
     """
-    metrics = list(metrics) if metrics is not None else [(f"R@{k}", f"recall@{k}") for k in ks]
-    cells = _table2_cells(rows, metrics)
+    per = _per_dataset(rows, ks, metrics)
+    cells = _table2_cells(rows, per)
     axes = pivot_axes(cells, len(CONDITION_FIELDS))
     varying = [CONDITION_FIELDS[j] for j in axes.varying]
     retrievers, conds = axes.retrievers, axes.conds
     granularities, datasets = axes.granularities, axes.datasets
-    columns = [f"{d} {m}" for d in datasets for m, _ in metrics] + [f"Avg {m}" for m, _ in metrics]
+    shared = [m for m in per[datasets[0]] if all(m in per[d] for d in datasets)] if datasets else []
+    columns = [f"{d} {m}" for d in datasets for m, _ in per[d]] + [f"Avg {m}" for m, _ in shared]
 
     out: list[dict[str, Any]] = []
     for r in retrievers:
@@ -110,10 +130,10 @@ def table2_rows(
                     continue
                 line: dict[str, Any] = {"retriever": r, **labels, "granularity": g}
                 for d in datasets:
-                    for m, field in metrics:
+                    for m, field in per[d]:
                         vals = [float(x[field]) for x in cells.get((*cond, r, g, d), [])]
                         line[f"{d} {m}"] = sum(vals) / len(vals) if vals else math.nan
-                for m, _ in metrics:
+                for m, _ in shared:
                     line[f"Avg {m}"] = sum(line[f"{d} {m}"] for d in datasets) / len(datasets)
                 block[g] = line
                 out.append(line)
@@ -184,34 +204,6 @@ def _label(col: str) -> str:
     return f"{DATASET_LABEL.get(dataset, dataset)} {metric}"
 
 
-# answer recall within the first l retrieved words, as the README's table shows it
-ANSWER_RECALL_WORDS = (50, 100, 200, 500)
-
-
-def full_metrics(
-    rows: Sequence[dict[str, Any]], words: Sequence[int] = ANSWER_RECALL_WORDS
-) -> list[tuple[str, str]]:
-    """Every recall cut-off all rows have (`R@k`), then answer recall at `words` (`AR@l`)
-    where every row has it (from the row, else read from its job's curve file into it)."""
-    # lazy: qa.cell pulls the reader (torch, transformers, Lightning: ~10 s); tables need none
-    from densex.qa.cell import CURVE_FILE, read_curve
-
-    ks = sorted(
-        {int(k.split("@")[1]) for k in rows[0] if k.startswith("recall@")} if rows else set(),
-    )
-    ks = [k for k in ks if all(f"recall@{k}" in r for r in rows)]
-    for row in rows:
-        curve = Path(str(row.get("job_dir", ""))) / CURVE_FILE
-        if row.get("job_dir") and curve.exists():
-            xs, ys = read_curve(curve)
-            at = dict(zip(xs, ys))
-            for l_words in words:
-                if f"answer_recall@{l_words}" not in row and l_words in at:
-                    row[f"answer_recall@{l_words}"] = at[l_words]
-    ls = [w for w in words if rows and all(f"answer_recall@{w}" in r for r in rows)]
-    return [(f"R@{k}", f"recall@{k}") for k in ks] + [(f"AR@{w}", f"answer_recall@{w}") for w in ls]
-
-
 def _write_csv(path: Path, table: Sequence[dict[str, Any]]) -> None:
     with atomic_open(path) as f:
         fields = [*label_columns(table), *metric_columns(table)]
@@ -230,21 +222,26 @@ def write_table2(
 ) -> list[dict[str, Any]]:
     """Write `table2.md` and `table2.csv` into `out_dir` (atomically); return the table rows.
 
-    `table2.md` holds the paper's view (recall@`ks`; `marks` appended to its cells, see
-    `table2_markdown`, and `notes` after it) and then every cut-off the jobs computed with
-    answer recall at 50/100/200/500 words (`AR@l`); that full table is also `table2_full.csv`.
+    `table2.md` holds the paper's view (recall@`ks`, or a dataset's gold metrics where it has
+    no answer strings, as `table2_metrics` chooses and its first line says; `marks` appended
+    to its cells, see `table2_markdown`, and `notes` after it) and then every cut-off the jobs
+    computed with answer recall at 50/100/200/500 words (`AR@l`); that full table is also
+    `table2_full.csv`.
     """
-    table = table2_rows(rows, ks)
+    metrics = table2_metrics(rows, ks)
+    table = table2_rows(rows, ks, metrics)
     full = table2_rows(rows, metrics=full_metrics(list(rows)))
     out = Path(out_dir)
     with atomic_open(out / "table2.md") as f:
-        f.write("Passage recall@k (%) by retriever and retrieval granularity (cf. Table 2).\n\n")
+        f.write("Passage recall@k (%) by retriever and retrieval granularity (cf. Table 2). ")
+        f.write(metrics_legend(metrics) + "\n\n")
         f.write(table2_markdown(table, marks))
         if notes:
             f.write("\n" + notes.rstrip("\n") + "\n")
         f.write(
             "\nAll cut-offs: passage recall@k (R@k, %) and answer recall within the first l"
-            " retrieved words (AR@l, %).\n\n"
+            " retrieved words (AR@l, %); nDCG@10, MRR@10, gold recall (gR@k) where a dataset"
+            " has no answer strings.\n\n"
         )
         f.write(table2_markdown(full))
     _write_csv(out / "table2.csv", table)

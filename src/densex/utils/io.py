@@ -3,10 +3,22 @@
 Two promises the whole pipeline relies on:
 - bad input fails with a `DataError` naming the file, line and field (never a silent drop);
 - artifacts appear only complete: written under a temporary name, then renamed.
+
+Every input file is read through `numbered_lines` (line-based files: JSONL, TSV, qrels,
+collections; `.gz`/`.bz2` too) or `read_json` (one JSON document), which read bytes and
+decode them here, so invalid UTF-8, a NUL, a truncated gzip or a random binary file ends in
+one located `DataError` (`FILE:LINE: invalid UTF-8 byte 0xNN at byte offset N`), never a
+`UnicodeDecodeError` from the middle of a library.
+
+Why this module is long: the readers of untrusted bytes and the atomic writers are the two
+halves of one promise (what the pipeline reads is located, what it writes is complete), and
+every stage imports both from here; splitting them would leave two modules each importing
+the other's `DataError`.
 """
 
 from __future__ import annotations
 
+import bz2
 import contextlib
 import csv
 import gzip
@@ -17,6 +29,7 @@ import os
 import re
 import socket
 import tempfile
+import zlib
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import IO, Any
@@ -32,60 +45,111 @@ class DataError(ValueError):
         super().__init__(f"{where}: {what}{message}")
 
 
+def open_bytes(path: str | os.PathLike) -> IO[bytes]:
+    """`path` opened for reading bytes, decompressed when its name ends in `.gz` or `.bz2`."""
+    name = str(path)
+    if name.endswith(".gz"):
+        return gzip.open(path, "rb")
+    if name.endswith(".bz2"):
+        return bz2.open(path, "rb")
+    return open(path, "rb")
+
+
+def _existing_file(path: Path) -> None:
+    if not path.exists():
+        raise DataError(path, None, None, "file not found")
+    if path.is_dir():
+        raise DataError(path, None, None, "a directory, expected a file")
+
+
+def numbered_lines(
+    path: str | os.PathLike, on_error: Callable[[DataError], None] | None = None
+) -> Iterator[tuple[int, str]]:
+    """Yield `(line number, text)` for each line of a text file (`.gz`/`.bz2` decompressed),
+    the one reader of untrusted bytes every line-based input goes through.
+
+    The file is read as bytes and decoded a line at a time, so a bad line never stops the
+    lines before it: invalid UTF-8 or a NUL byte is a `DataError` starting
+    `FILE:LINE: invalid UTF-8 byte 0xNN at byte offset N` (or `NUL byte at ...`), raised or
+    handed to `on_error` and the line skipped. A truncated or corrupt compressed stream is
+    always raised (what follows it cannot be read), naming the line it stopped at.
+    """
+    path = Path(path)
+    _existing_file(path)
+    with open_bytes(path) as f:
+        offset, lineno = 0, 0
+        while True:
+            try:
+                raw = f.readline()
+            except (OSError, EOFError, zlib.error) as e:
+                why = f"truncated or corrupt compressed data ({e}); the lines before it were read"
+                raise DataError(path, lineno + 1, None, why) from None
+            if not raw:
+                return
+            lineno += 1
+            start, offset = offset, offset + len(raw)
+            try:
+                text = decode_line(raw, path, lineno, start)
+            except DataError as e:
+                if on_error is None:
+                    raise
+                on_error(e)
+                continue
+            yield lineno, text
+
+
 def numbered_jsonl(
     path: str | os.PathLike,
     on_error: Callable[[DataError], None] | None = None,
     required: Sequence[str] = (),
     nonempty: Sequence[str] = (),
 ) -> Iterator[tuple[int, dict[str, Any]]]:
-    """Yield `(line number, object)` for each JSON object of a JSONL file, checking fields.
+    """Yield `(line number, object)` for each JSON object of a JSONL file (`.gz`/`.bz2`
+    decompressed; bytes decoded by `numbered_lines`), checking fields.
 
     Blank lines are allowed. A malformed line or field becomes a located `DataError`, which is
     raised, or handed to `on_error` (e.g. a counter for `on_error: skip` configs) and the line
     skipped: the caller decides, nothing is dropped silently.
     """
-    path = Path(path)
-    if not path.exists():
-        raise DataError(path, None, None, "file not found")
-    with path.open("rb") as f:  # bytes: a bad byte is located (line, offset), not fatal
-        offset = 0
-        for lineno, raw in enumerate(f, start=1):
-            start, offset = offset, offset + len(raw)
-            try:
-                line = decode_line(raw, path, lineno, start)
-                if not line.strip():
-                    continue
-                row = json.loads(line)
-                if not isinstance(row, dict):
-                    raise DataError(
-                        path, lineno, None, f"expected a JSON object, got {type(row).__name__}"
-                    )
-                check_fields(row, path, lineno, required, nonempty)
-            except (json.JSONDecodeError, DataError) as e:
-                error = (
-                    e
-                    if isinstance(e, DataError)
-                    else DataError(
-                        path, lineno, None, f"invalid JSON ({e.msg} at column {e.colno})"
-                    )
+    for lineno, line in numbered_lines(path, on_error):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+            if not isinstance(row, dict):
+                raise DataError(
+                    path, lineno, None, f"expected a JSON object, got {type(row).__name__}"
                 )
-                if on_error is None:
-                    raise error from None
-                on_error(error)
-                continue
-            yield lineno, row
+            check_fields(row, path, lineno, required, nonempty)
+        except (json.JSONDecodeError, DataError) as e:
+            error = (
+                e
+                if isinstance(e, DataError)
+                else DataError(path, lineno, None, f"invalid JSON ({e.msg} at column {e.colno})")
+            )
+            if on_error is None:
+                raise error from None
+            on_error(error)
+            continue
+        yield lineno, row
 
 
 def decode_line(raw: bytes, path: str | os.PathLike, line: int | None, start: int = 0) -> str:
-    """UTF-8 text of one line of bytes; a `DataError` with the line and the file byte offset of
-    the first bad byte otherwise (`start`: the line's offset in the file)."""
+    """UTF-8 text of one line (or document) of bytes; a `DataError` with the line and the file
+    byte offset of the first invalid byte or NUL otherwise (`start`: the bytes' offset in the
+    file; for a whole document, `line` None is found by counting newlines)."""
     try:
-        return raw.decode("utf-8")
+        text = raw.decode("utf-8")
     except UnicodeDecodeError as e:
-        bad = raw[e.start : e.start + 1].hex()
-        raise DataError(
-            path, line, None, f"invalid UTF-8 byte 0x{bad} at byte offset {start + e.start}"
-        ) from None
+        bad, at = raw[e.start : e.start + 1].hex(), e.start
+        why = f"invalid UTF-8 byte 0x{bad} at byte offset {start + at}"
+    else:
+        at = raw.find(b"\x00")
+        if at < 0:
+            return text
+        why = f"NUL byte at byte offset {start + at} (a binary file?)"
+    line = line if line is not None else raw.count(b"\n", 0, at) + 1
+    raise DataError(path, line, None, why)
 
 
 def csv_rows(
@@ -93,15 +157,11 @@ def csv_rows(
 ) -> Iterator[tuple[int, dict[str, str]]]:
     """`(line number, row)` of a CSV file with a header line; a missing file or `required`
     column is a located `DataError` (line 1 for a column)."""
-    path = Path(path)
-    if not path.exists():
-        raise DataError(path, None, None, "file not found")
-    with path.open(encoding="utf-8", newline="") as f:
-        reader = csv.DictReader(f)
-        for name in required:
-            if name not in (reader.fieldnames or []):
-                raise DataError(path, 1, name, "missing column")
-        yield from enumerate(reader, start=2)
+    reader = csv.DictReader(text for _, text in numbered_lines(path))
+    for name in required:
+        if name not in (reader.fieldnames or []):
+            raise DataError(path, 1, name, "missing column")
+    yield from enumerate(reader, start=2)
 
 
 def read_jsonl(
@@ -235,20 +295,17 @@ def write_json(path: str | os.PathLike, obj: Any, indent: int | None = 2) -> Non
 
 
 def read_json(path: str | os.PathLike) -> Any:
-    """Read one JSON document (`.gz` decompressed), with a located error if it is malformed."""
+    """Read one JSON document (`.gz` decompressed), with a located error if it is malformed:
+    invalid UTF-8 or a NUL as `decode_line` reports it, a truncated gzip, invalid JSON."""
     path = Path(path)
-    if not path.exists():
-        raise DataError(path, None, None, "file not found")
+    _existing_file(path)
     data = path.read_bytes()
     if path.name.endswith(".gz"):
-        data = gzip.decompress(data)
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as e:
-        line = data.count(b"\n", 0, e.start) + 1
-        raise DataError(
-            path, line, None, f"invalid UTF-8 byte 0x{data[e.start]:02x} at byte offset {e.start}"
-        ) from None
+        try:
+            data = gzip.decompress(data)
+        except (OSError, EOFError, zlib.error) as e:
+            raise DataError(path, None, None, f"truncated or corrupt gzip data ({e})") from None
+    text = decode_line(data, path, None)
     try:
         return json.loads(text)
     except json.JSONDecodeError as e:

@@ -27,12 +27,14 @@ log = get_logger("densex.pipelines.evaluate.run")  # the stage's log lines keep 
 
 
 def write_cell_files(cfg, out_dir: Path, row, curve, questions, hits, topk, per_q) -> None:
-    """recall_at_k.csv, per_question.jsonl, results.jsonl and the answer-recall plot."""
+    """recall_at_k.csv (not without answer strings: `curve` None), per_question.jsonl,
+    results.jsonl and the answer-recall plot."""
 
-    with atomic_open(out_dir / "recall_at_k.csv") as f:
-        w = csv.writer(f, lineterminator="\n")
-        w.writerow(["k", "recall"])
-        w.writerows([[k + 1, round(100.0 * float(v), 4)] for k, v in enumerate(curve)])
+    if curve is not None:
+        with atomic_open(out_dir / "recall_at_k.csv") as f:
+            w = csv.writer(f, lineterminator="\n")
+            w.writerow(["k", "recall"])
+            w.writerows([[k + 1, round(100.0 * float(v), 4)] for k, v in enumerate(curve)])
     write_per_question(out_dir, per_question_rows(questions, hits, topk, per_q))
     write_jsonl(out_dir / "results.jsonl", [row])
     plot_cell(out_dir, int(cfg.budget))
@@ -78,7 +80,7 @@ def _wandb_samples(dpr_rows, units, results) -> list[dict[str, Any]]:
                 ),
                 "top_has_answer": top.get("has_answer", False),
                 "first_hit_rank": next(
-                    (i + 1 for i, c in enumerate(q["ctxs"]) if c["has_answer"]), None
+                    (i + 1 for i, c in enumerate(q["ctxs"]) if c.get("has_answer")), None
                 ),
             }
         )
@@ -103,5 +105,5 @@ def log_wandb(cfg: DictConfig, row, dpr_rows, units, results, curve) -> None:
 
     curve_path = Path(cfg.paths.output_dir) / CURVE_FILE
     answer_recall = read_curve(curve_path) if curve_path.exists() else None
-    log_cell(run, row, samples, curve, answer_recall)
+    log_cell(run, row, samples, curve if curve is not None else (), answer_recall)
     run.finish()

@@ -4,7 +4,8 @@ Contract: `write_retrieval_files` streams `retrieval.json{gz}` (DPR: a list of `
 answers, ctxs: [{id, score, has_answer}]}`) and `retrieval.pyserini.json{gz}` (`{qid:
 {question, answers, contexts: [{docid, score, has_answer}]}}`) row by row, with the passage
 text when asked (`title` + `text`; pyserini's `"title\\ntext"`), marking DPR's has_answer on
-each retrieved passage; it returns the has_answer matrix and the first rows for W&B.
+each retrieved passage (none for a question without answer strings); it returns the
+has_answer matrix and the first rows for W&B.
 """
 
 from __future__ import annotations
@@ -60,16 +61,17 @@ def _contexts(
     titles = passages.take("title", rows) if with_text else [None] * len(rows)
     pids = passages.take("id", rows)
     ctxs, contexts = [], []
+    defined = bool(q["answers"])  # no answer strings (BEIR): has_answer is undefined, not false
     for rank, score in enumerate(short_floats(r.passage_scores)):
-        hit = bool(has_answer(q["answers"], texts[rank], match))
-        hits[rank] = hit
+        hit = bool(has_answer(q["answers"], texts[rank], match)) if defined else None
+        hits[rank] = bool(hit)
         ctx = {"id": pids[rank]}
         row = {"docid": pids[rank], "score": score}
         if with_text:
             ctx |= {"title": titles[rank] or "", "text": texts[rank]}
             row["text"] = pyserini_text(titles[rank], texts[rank])
-        ctxs.append({**ctx, "score": score, "has_answer": hit})
-        contexts.append({**row, "has_answer": hit})
+        ctxs.append({**ctx, "score": score, **({"has_answer": hit} if defined else {})})
+        contexts.append({**row, **({"has_answer": hit} if defined else {})})
     return ctxs, contexts
 
 

@@ -16,6 +16,13 @@ DPR's has_answer -> QA under a word budget. Writes into the run dir:
 Recall, EM and answer recall are percentages, as in the paper's tables. Returns recall@20 (or
 the largest cut-off below it) so Hydra sweepers can optimise it.
 
+Metrics exist only where they are defined: a dataset whose questions carry no answer strings
+(BEIR, any qrels-only set) gets no has_answer recall@k, answer recall or EM (the keys are
+absent from its row, `recall_at_k.csv` and the curve are not written, its retrieval files
+carry no `has_answer`); its gold-passage metrics (nDCG@10, MRR@10, gold_recall@k) lead its
+row and it returns nDCG@10. Such a dataset without qrels has no metric at all: a `DataError`
+before the search.
+
 With `trainer.strategy=ddp` (not spawn) every rank runs this script: all of them take part in
 encoding (inside `load_or_build_searcher`), then the ranks other than 0 return NaN and write
 nothing, so one process searches and writes the run dir and W&B.
@@ -29,6 +36,7 @@ from typing import Any
 
 from omegaconf import DictConfig
 
+from densex.data.questions import has_answer_strings
 from densex.pipelines.evaluate.cell import Cell, load_questions, open_cell, search_cell
 from densex.pipelines.evaluate.metrics import cell_gold_metrics, cell_qa_metrics, recall_at_each_k
 from densex.pipelines.evaluate.outputs import log_wandb, print_metrics, write_cell_files
@@ -60,9 +68,12 @@ def run(cfg: DictConfig) -> float:
         log.info("rank %d: encoding done; rank 0 evaluates and writes the results", global_rank())
         return float("nan")
     questions, q_info = load_questions(cfg)
+    answers = has_answers(cfg, questions)
     results = search_cell(cfg, cell, questions, topk[-1], times)
     per_q: dict[str, list] = {}
     hits, samples, curve = match_answers(cfg, out_dir, cell, questions, results, topk[-1], times)
+    if not answers:
+        hits, curve = None, None  # has_answer is undefined without answer strings
     metrics = cell_metrics(cfg, cell, questions, results, topk, curve, out_dir, per_q, times)
     row = cell_row(cell, metrics, questions, q_info, times, t_start)
     write_cell_files(cfg, out_dir, row, curve, questions, hits, topk, per_q)
@@ -77,6 +88,14 @@ def cutoffs(cfg: DictConfig) -> list[int]:
     if not topk or topk[0] < 1:
         raise ValueError(f"topk must be a non-empty list of cut-offs >= 1, got {list(cfg.topk)}")
     return topk
+
+
+def has_answers(cfg: DictConfig, questions: list[dict]) -> bool:
+    """`data.questions.has_answer_strings` for the cell's dataset, logged when it is False."""
+    if has_answer_strings(questions, cfg.dataset):
+        return True
+    log.info("%s: no answer strings; gold-passage metrics only", cfg.dataset.get("name"))
+    return False
 
 
 def match_answers(
@@ -101,10 +120,15 @@ def cell_metrics(
     cfg: DictConfig, cell: Cell, questions: list[dict], results: list[Any], topk: list[int],
     curve: Any, out_dir: Path, per_q: dict[str, list], times: dict[str, float],
 ) -> dict[str, Any]:  # fmt: skip
-    """recall@k for each cut-off, gold-passage metrics and QA metrics (all percent)."""
+    """recall@k for each cut-off, gold-passage metrics and QA metrics (all percent); with
+    `curve` None (no answer strings) the gold metrics alone."""
+    gold = cell_gold_metrics(cfg, cell.passages, questions, results, topk, per_q)
+    if curve is None:  # no answer strings: the gold metrics lead the row, nDCG@10 first
+        lead = [k for k in ("ndcg@10", "mrr@10") if k in gold]
+        return {**{k: gold[k] for k in lead}, **{k: v for k, v in gold.items() if k not in lead}}
     # percent, as the paper's tables and the QA metrics
     metrics: dict[str, Any] = {f"recall@{k}": round(100.0 * float(curve[k - 1]), 4) for k in topk}
-    metrics.update(cell_gold_metrics(cfg, cell.passages, questions, results, topk, per_q))
+    metrics.update(gold)
     t0 = time.perf_counter()
     metrics.update(cell_qa_metrics(cfg, cell, questions, results, out_dir, per_q))
     times["qa"] = time.perf_counter() - t0
@@ -130,11 +154,12 @@ def cell_row(
 
 def optimized_metric_value(cfg: DictConfig, metrics: dict[str, Any], topk: list[int]) -> float:
     """The value Hydra sweepers optimise: `cfg.optimized_metric` (e.g. recall@20, em@100), else
-    recall at the largest cut-off up to 20."""
+    recall at the largest cut-off up to 20, else (no answer strings) nDCG@10."""
     name = cfg.get("optimized_metric")
     if name and name in metrics:
         return float(metrics[name])
-    if name:
-        log.warning("optimized_metric %r is not among this cell's metrics; using recall@k", name)
     target = max([k for k in topk if k <= 20], default=topk[0])
-    return metrics[f"recall@{target}"]
+    fallback = f"recall@{target}" if f"recall@{target}" in metrics else "ndcg@10"
+    if name:
+        log.warning("optimized_metric %r is not defined for this cell; using %s", name, fallback)
+    return float(metrics.get(fallback, float("nan")))

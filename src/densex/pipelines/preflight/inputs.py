@@ -1,116 +1,115 @@
 """Preflight checks of a job's input files, per config group: the corpus (index / evaluate), the
-dataset's questions (evaluate) and the training pairs (train).
+dataset's questions and gold passages (evaluate) and the training pairs (train).
 
-Contract: each check reads only what proves the input usable (the first record of a JSONL
-file, a SQuAD file's top level, a hub dataset's cache entry; questions are loaded in full:
-they are small and their count sizes the outputs) and raises a `PreflightError` naming the
-config key and the fix; the corpus and training checks return `{config key: path or source}`.
+Contract: each input is read through the reader its stage will call, chosen by the same
+dispatch with the same format, column and id settings and the same `on_error` policy
+(`corpus.sources.source_rows` / `first_unit_rows` for the corpus, `data.questions` and
+`data.qrels` for the dataset), on its first rows only (questions are loaded in full: they are
+small and their count sizes the outputs). So every format a stage accepts passes preflight,
+there is no second list of required fields, and a bad input fails with the reader's own
+located message (`FILE:LINE: ...`) followed by the config key in parentheses, as a
+`PreflightError`. The corpus and training checks return `{config key: path or source}`.
 """
 
 from __future__ import annotations
 
-import json
 import os
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig
 
-from densex.data.questions import load_dataset_questions
+from densex.corpus.collection_rows import source_format
+from densex.corpus.readers import Skips
+from densex.corpus.sources import first_unit_rows, source_kind, source_rows, unit_sources
+from densex.corpus.units_key import wanted_granularities
+from densex.data.qrels import load_dataset_qrels
+from densex.data.questions import has_answer_strings, load_dataset_questions
 from densex.pipelines.preflight.hub import PreflightError, first_line, hf_dataset_source
-from densex.utils.io import DataError, check_fields
+from densex.propositionizer.pairs import load_hf_pairs, load_jsonl_pairs, load_squad_open_pairs
+from densex.utils.io import DataError
 
 
-def first_record(path: str | os.PathLike, key: str, nonempty: Sequence[str] = ()) -> dict:
-    """The first JSON object of a JSONL file, checked; a `PreflightError` naming `key` if the
-    file is missing, empty or its first record does not parse."""
-    p = Path(os.path.expanduser(str(path)))
-    if not p.exists():
-        raise PreflightError(f"{key}={path}: file not found")
-    if p.is_dir():
-        raise PreflightError(f"{key}={path}: a directory, expected a JSONL file")
-    with p.open(encoding="utf-8") as f:
-        for lineno, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise PreflightError(
-                    f"{key}: {p}:{lineno}: invalid JSON ({e.msg} at column {e.colno})"
-                ) from None
-            if not isinstance(row, dict):
-                raise PreflightError(f"{key}: {p}:{lineno}: expected a JSON object")
-            try:
-                check_fields(row, p, lineno, nonempty=nonempty)
-            except DataError as e:
-                raise PreflightError(f"{key}: {e}") from None
-            return row
-    raise PreflightError(f"{key}={path}: empty file")
-
-
-def _squad_json(path: str, key: str) -> None:
-    p = Path(os.path.expanduser(path))
-    if not p.exists():
-        raise PreflightError(f"{key}={path}: file not found")
+def first_rows(rows: Iterable[Any], key: str, where: Any, n: int = 1) -> list[Any]:
+    """The first `n` items a stage reader yields; its `DataError` (or a ValueError / OSError
+    of a library below it) becomes a `PreflightError` with the reader's message then `key`;
+    a reader that yields nothing is one too."""
+    out: list[Any] = []
     try:
-        with p.open(encoding="utf-8") as f:
-            data = json.load(f)
-    except json.JSONDecodeError as e:
-        raise PreflightError(f"{key}: {p}:{e.lineno}: invalid JSON ({e.msg})") from None
-    if not (isinstance(data, dict) and isinstance(data.get("data"), list) and data["data"]):
-        raise PreflightError(f"{key}: {p}: not SQuAD JSON (expected a non-empty 'data' list)")
+        for row in rows:
+            out.append(row)
+            if len(out) >= n:
+                break
+    except DataError as e:
+        raise PreflightError(f"{e} ({key})") from None
+    except (ValueError, OSError) as e:
+        raise PreflightError(f"{key}={where}: {first_line(e)}") from None
+    if not out:
+        raise PreflightError(f"{where}: no records ({key})")
+    return out
 
 
-def _collection(src: str, granularity: str) -> str:
-    """A collection source is a local file or directory, or a hub dataset in the HF cache."""
-    if Path(os.path.expanduser(src)).exists():
-        return src
-    return hf_dataset_source(src, f"corpus.sources.{granularity}.path")
+def _hub_only(source: Mapping[str, Any], key: str) -> bool:
+    """A collection source that is a hub id (streamed by the stage: checked in the cache only)."""
+    try:
+        return source_format(source) == "hf_hub"
+    except (DataError, ValueError) as e:
+        raise PreflightError(f"{e} ({key})") from None
 
 
-def _check_documents(corpus: DictConfig) -> str:
-    """The corpus's `documents` (squad | jsonl | hf); returns their path or id."""
-    src = corpus.get("documents")
-    fmt = str(corpus.documents_format)
-    if not src:
-        raise PreflightError(
-            f"corpus {corpus.get('name')!r}: set corpus.passages=FILE or corpus.documents=..."
-        )
-    if fmt == "squad":
-        _squad_json(str(src), "corpus.documents")
-    elif fmt == "jsonl":
-        first_record(src, "corpus.documents", nonempty=(corpus.text_column,))
-    elif fmt == "hf":
-        hf_dataset_source(str(src), "corpus.documents")
-    return str(src)
+def _check_passages(corpus: DictConfig, skips: Skips) -> dict[str, str]:
+    """The passages source (a collection, a BEIR or densex passages file, or the documents):
+    its first rows through `source_rows`, the stage's dispatch."""
+    kind = source_kind(corpus)
+    if kind == "collection":
+        key, src = "corpus.sources.passage", str(corpus.sources.passage.get("path"))
+        if _hub_only(corpus.sources.passage, key):
+            return {key: hf_dataset_source(src, f"{key}.path")}
+    elif kind == "documents":
+        key, src = "corpus.documents", corpus.get("documents")
+        if not src:
+            raise PreflightError(
+                f"corpus {corpus.get('name')!r}: set corpus.passages=FILE or corpus.documents=..."
+            )
+        local = Path(os.path.expanduser(str(src))).exists()
+        if str(corpus.documents_format) == "hf" and not local:
+            return {key: hf_dataset_source(str(src), key)}
+    else:
+        key, src = "corpus.passages", corpus.passages
+    first_rows(source_rows(corpus, skips), key, src)
+    return {key: str(src)}
+
+
+def _check_units(granularity: str, source: Any, skips: Skips) -> dict[str, str]:
+    """A unit table's input (`unit_sources`): a collection's node or the propositions file,
+    its first rows through `first_unit_rows`, the stage's reader."""
+    if isinstance(source, str):
+        key, src = "corpus.propositions", source
+    else:
+        key, src = f"corpus.sources.{granularity}", str(source.get("path"))
+        if _hub_only(source, key):
+            return {key: hf_dataset_source(src, f"{key}.path")}
+    first_rows(first_unit_rows(source, skips), key, src)
+    return {key: src}
 
 
 def check_corpus(cfg: DictConfig, entry: str) -> dict[str, str]:
-    """The corpus inputs of index/evaluate: passages (or documents) and propositions."""
+    """The corpus inputs of index/evaluate (collections, passages or documents, propositions),
+    each read on its first rows by the units stage's reader with the corpus's `on_error`."""
     corpus = cfg.corpus
-    out: dict[str, str] = {}
-    sources = corpus.get("sources") or {}
-    if sources:  # ready-made collections (FactoidWiki): each local file/dir or cached hub id
-        wanted = list(corpus.granularities)
-        for g, source in sources.items():
-            if source and g in wanted:
-                out[f"corpus.sources.{g}"] = _collection(str(source.get("path")), g)
-        return out
-    if corpus.get("passages"):
-        first_record(corpus.passages, "corpus.passages", nonempty=("id", "text"))
-        out["corpus.passages"] = str(corpus.passages)
-    else:
-        out["corpus.documents"] = _check_documents(corpus)
-    ptype = str((cfg.get("propositionizer") or {}).get("type", "file"))
+    skips = Skips(str(corpus.get("on_error") or "raise"))
+    wanted = list(wanted_granularities(corpus))
+    out = _check_passages(corpus, skips)
+    from_file = str((cfg.get("propositionizer") or {}).get("type", "file")) == "file"
+    units = unit_sources(corpus, wanted)
+    for g, source in units.items():
+        if from_file or not isinstance(source, str):  # a model propositionizer writes its own
+            out.update(_check_units(g, source, skips))
     wants_props = cfg.granularity.name == "proposition" or (
         entry == "index" and cfg.get("stage") in ("propositions",)
     )
-    if corpus.get("propositions") and ptype == "file":
-        first_record(corpus.propositions, "corpus.propositions", nonempty=("id", "propositions"))
-        out["corpus.propositions"] = str(corpus.propositions)
-    elif wants_props and ptype == "file":
+    if wants_props and from_file and "proposition" not in units:
         raise PreflightError(
             "granularity=proposition needs propositions: corpus.propositions=FILE (JSONL"
             ' {"id": passage_id, "propositions": [...]}) or a model propositionizer'
@@ -120,7 +119,8 @@ def check_corpus(cfg: DictConfig, entry: str) -> dict[str, str]:
 
 
 def check_dataset(dataset: DictConfig, limit: Any = None) -> int:
-    """Load the dataset's questions (small files) and return how many there are."""
+    """Load the dataset's questions (small files) with the stage's reader and policy, read its
+    gold passages (`qrels`) when it has any, and return how many questions there are."""
     fmt = str(dataset.format)
     path = dataset.get("path")
     if fmt == "hf":
@@ -132,9 +132,15 @@ def check_dataset(dataset: DictConfig, limit: Any = None) -> int:
             f"dataset.path={path}: file not found (dataset={dataset.get('name')}, format {fmt})"
         )
     try:
-        questions = load_dataset_questions(dataset, limit=int(limit) if limit else None)
+        questions = load_dataset_questions(
+            dataset,
+            limit=int(limit) if limit else None,
+            skips=Skips(str(dataset.get("on_error") or "raise")),
+        )
+        load_dataset_qrels(dataset, [])  # SQuAD qrels: the file is read, no passage matched
+        has_answer_strings(questions, dataset)  # answers or qrels: some metric is defined
     except DataError as e:
-        raise PreflightError(f"dataset.path: {e}") from None
+        raise PreflightError(f"{e} (dataset)") from None
     except (OSError, ValueError) as e:
         raise PreflightError(f"dataset={dataset.get('name')}: {first_line(e)}") from None
     if not questions:
@@ -142,24 +148,37 @@ def check_dataset(dataset: DictConfig, limit: Any = None) -> int:
     return len(questions)
 
 
+def _pairs(load: Any, key: str, *args: Any) -> None:
+    """The training pairs read by the data module's own reader (`propositionizer.pairs`: small
+    files, read whole); its `DataError` becomes a `PreflightError` naming `key`."""
+    try:
+        pairs = load(*args)
+    except DataError as e:
+        raise PreflightError(f"{e} ({key})") from None
+    if not pairs:
+        raise PreflightError(f"{args[0]}: no training pairs ({key})")
+
+
 def check_train_data(data: DictConfig) -> dict[str, str]:
-    """Training pairs: squad-open passages + propositions, or a JSONL/HF `data.path`."""
+    """Training pairs (squad-open passages + propositions, or a JSONL/HF `data.path`), read by
+    the reader `propositionizer.data` calls for `data.format`."""
     fmt = str(data.get("format", "squad-open"))
     out: dict[str, str] = {}
     if fmt == "squad-open":
-        first_record(data.passages, "data.passages", nonempty=("id", "text"))
-        first_record(data.propositions, "data.propositions", nonempty=("id", "propositions"))
+        _pairs(load_squad_open_pairs, "data.passages, data.propositions", data.passages,
+               data.propositions)  # fmt: skip
         out = {"data.passages": str(data.passages), "data.propositions": str(data.propositions)}
     elif fmt == "jsonl":
         for key in ("path", "val_path"):
             if data.get(key) not in (None, "???"):
-                first_record(data[key], f"data.{key}")
+                _pairs(load_jsonl_pairs, f"data.{key}", data[key])
                 out[f"data.{key}"] = str(data[key])
         if "data.path" not in out:
             raise PreflightError("data=jsonl: set data.path=FILE (JSONL pairs)")
     elif fmt == "hf":
         if data.get("path") in (None, "???"):
             raise PreflightError("data=hf: set data.path=DIR (a datasets.save_to_disk dir)")
-        hf_dataset_source(str(data.path), "data.path")
         out["data.path"] = str(data.path)
+        if hf_dataset_source(str(data.path), "data.path") == "local":
+            _pairs(load_hf_pairs, "data.path", str(data.path), data.get("split") or "train")
     return out

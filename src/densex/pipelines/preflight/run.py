@@ -3,8 +3,8 @@
 Every entry point (`train.py`, `index.py`, `evaluate.py`) goes through `main(cfg, entry)`:
 logging is set up once (`verbose=true` shows everything), then `preflight(cfg, entry)` checks
 
-- every input path exists and its first record parses (questions are all loaded: they are
-  small and their count sizes the outputs): `preflight/inputs`;
+- every input's first records are read by the reader its stage calls (questions are all
+  loaded: they are small and their count sizes the outputs): `preflight/inputs`;
 - every model resolves: a local directory, the Hugging Face cache, or the hub when online.
   Offline and missing gives one short error naming the config key, the hub id and the
   override to use (`retriever.query_model=/local/dir`, `model.name_or_path=...`, `model=tiny`):

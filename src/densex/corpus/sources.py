@@ -1,0 +1,93 @@
+"""Which reader reads a corpus config's inputs: the one dispatch the units stage and the
+preflight share.
+
+`source_rows(corpus_cfg, skips)` streams the rows the units stage cuts into passage shards:
+a ready-made collection's passages (`corpus.sources.passage`), a BEIR `corpus.jsonl`
+(`passages_format: beir`), a passages JSONL (`passages`), or documents (`documents` +
+`documents_format`, with the config's column and id settings) to be segmented.
+`unit_sources(corpus_cfg)` names the inputs of the other unit tables (a collection's
+sentences/propositions, the propositions file) and `first_unit_rows` reads the first rows of
+one with the stage's reader. Preflight reads the first rows of each through these functions,
+so every format the stage accepts passes it and every error is the reader's own, located.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from densex.corpus.beir import iter_beir_corpus
+from densex.corpus.collections import iter_passage_batches, iter_unit_batches
+from densex.corpus.documents import read_documents
+from densex.corpus.readers import Skips, iter_passages, iter_proposition_rows
+from densex.utils.io import DataError
+
+__all__ = ["SOURCE_KINDS", "first_unit_rows", "source_kind", "source_rows", "unit_sources"]
+
+# what `source_rows` reads, by the config keys that select it (tried in this order)
+SOURCE_KINDS = ("collection", "beir", "passages", "documents")
+
+
+def source_kind(corpus_cfg: Mapping[str, Any]) -> str:
+    """`collection` | `beir` | `passages` | `documents`: the passages source the config names."""
+    if ((corpus_cfg.get("sources") or {}).get("passage")) is not None:
+        return "collection"
+    if corpus_cfg.get("passages"):
+        return "beir" if corpus_cfg.get("passages_format") == "beir" else "passages"
+    return "documents"
+
+
+def source_rows(corpus_cfg: Mapping[str, Any], skips: Skips) -> Iterator[dict[str, Any]]:
+    """The passages (or, for `documents`, the documents) of a corpus config, streamed, by the
+    reader its keys select (`source_kind`); bad rows go to `skips`."""
+    kind = source_kind(corpus_cfg)
+    if kind == "collection":
+        source = corpus_cfg["sources"]["passage"]
+        rows = (p for batch in iter_passage_batches(source, skips, 10_000) for p in batch)
+        return _unique(rows, skips, str(source.get("path")))
+    if kind == "beir":  # BEIR corpus.jsonl: a document a passage
+        return iter_beir_corpus(corpus_cfg["passages"], skips)
+    if kind == "passages":
+        return iter_passages(corpus_cfg["passages"], skips)
+    return read_documents(corpus_cfg, skips)
+
+
+def _unique(rows: Iterator[dict], skips: Skips, source: str) -> Iterator[dict]:
+    """Passages with an id not seen before (a repeat is a `DataError` for `skips`)."""
+    seen: set[str] = set()
+    for row in rows:
+        if row["id"] in seen:
+            skips(DataError(source, None, "id", f"duplicate passage id {row['id']!r}"))
+            continue
+        seen.add(row["id"])
+        yield row
+
+
+def unit_sources(
+    corpus_cfg: Mapping[str, Any], granularities: list[str], propositions: Any = None
+) -> dict[str, Any]:
+    """`{granularity: source}` for the unit tables read from an input rather than made from
+    the passages: a collection's node (`corpus.sources.<g>`) or the propositions file."""
+    sources = corpus_cfg.get("sources") or {}
+    out: dict[str, Any] = {}
+    for g in granularities:
+        if g != "passage" and sources.get(g):
+            out[g] = sources[g]
+        elif g == "proposition" and (propositions or corpus_cfg.get("propositions")):
+            out[g] = str(propositions or corpus_cfg.get("propositions"))
+    return out
+
+
+def first_unit_rows(source: Any, skips: Skips, n: int = 1) -> list[Any]:
+    """The first `n` rows of a unit source of `unit_sources`, read by the stage's reader
+    (`iter_unit_batches` for a collection, `iter_proposition_rows` for a propositions file)."""
+    if isinstance(source, str):
+        rows = iter_proposition_rows(source, skips)
+    else:
+        rows = (u for batch in iter_unit_batches(source, skips, n) for u in batch)
+    out = []
+    for row in rows:
+        out.append(row)
+        if len(out) >= n:
+            break
+    return out

@@ -1,0 +1,108 @@
+"""Which metrics Table 2 shows for each dataset: the ones its cells have.
+
+A dataset whose questions carry answer strings has passage recall@k (DPR has_answer) in its
+rows and gets `R@k` columns (the paper's Table 2) and, in the full table, answer recall at l
+words (`AR@l`); a dataset without answer strings (BEIR, any qrels-only set) has no such keys
+(they are undefined, not zero) and gets its gold-passage metrics instead: nDCG@10, MRR@10 and
+gold recall@k (`gR@k`). `metrics_legend` says which, for the table's first line.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "ANSWER_RECALL_WORDS",
+    "GOLD_METRICS",
+    "Metrics",
+    "datasets_of",
+    "full_metrics",
+    "metrics_legend",
+    "table2_metrics",
+]
+
+Metrics = Sequence[tuple[str, str]]  # (column label, results-row key) pairs
+
+# a dataset without answer strings (BEIR): its gold-passage metrics stand in for recall@k
+GOLD_METRICS: tuple[tuple[str, str], ...] = (("nDCG@10", "ndcg@10"), ("MRR@10", "mrr@10"))
+
+
+def datasets_of(rows: Sequence[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """The rows by dataset, in first-seen order."""
+    by: dict[str, list[dict[str, Any]]] = {}
+    for row in rows:
+        by.setdefault(str(row.get("dataset")), []).append(row)
+    return by
+
+
+def table2_metrics(rows: Sequence[dict[str, Any]], ks: Sequence[int] = (5, 20)) -> dict[str, list]:
+    """`{dataset: [(label, row key), ...]}`: the metrics each dataset's cells have. A dataset
+    with answer strings (its rows carry `recall@k`) gets `R@k` for `ks`; one without (BEIR,
+    qrels only: no `recall@k` key in any row) gets `nDCG@10`, `MRR@10` and gold recall
+    `gR@k`, against its gold passages."""
+    out: dict[str, list] = {}
+    for d, drows in datasets_of(rows).items():
+        if any(k.startswith("recall@") for r in drows for k in r):
+            out[d] = [(f"R@{k}", f"recall@{k}") for k in ks]
+        else:
+            gold = [(f"gR@{k}", f"gold_recall@{k}") for k in ks]
+            out[d] = [*GOLD_METRICS, *[m for m in gold if any(m[1] in r for r in drows)]]
+    return out
+
+
+def metrics_legend(metrics: dict[str, Metrics]) -> str:
+    """What the table's columns measure, naming the datasets that use gold metrics."""
+    gold = sorted(d for d, ms in metrics.items() if any(f == "ndcg@10" for _, f in ms))
+    parts = []
+    if len(gold) < len(metrics):
+        parts.append("R@k: passage recall@k (%, DPR has_answer on the answer strings)")
+    if gold:
+        parts.append(
+            f"{', '.join(gold)} (no answer strings): nDCG@10, MRR@10 and gold recall gR@k"
+            " (%) against the qrels' gold passages"
+        )
+    return "; ".join(parts) + "."
+
+
+# answer recall within the first l retrieved words, as the README's table shows it
+ANSWER_RECALL_WORDS = (50, 100, 200, 500)
+
+
+def full_metrics(
+    rows: Sequence[dict[str, Any]], words: Sequence[int] = ANSWER_RECALL_WORDS
+) -> dict[str, list[tuple[str, str]]]:
+    """Per dataset: every recall cut-off all its rows have (`R@k`), then answer recall at
+    `words` (`AR@l`) where every row has it (from the row, else read from its job's curve file
+    into it); a dataset without answer strings: nDCG@10, MRR@10 and every gold recall cut-off
+    all its rows have (`gR@k`)."""
+    # lazy: qa.cell pulls the reader (torch, transformers, Lightning: ~10 s); tables need none
+    from densex.qa.cell import CURVE_FILE, read_curve
+
+    for row in rows:
+        curve = Path(str(row.get("job_dir", ""))) / CURVE_FILE
+        if row.get("job_dir") and curve.exists():
+            xs, ys = read_curve(curve)
+            at = dict(zip(xs, ys))
+            for l_words in words:
+                if f"answer_recall@{l_words}" not in row and l_words in at:
+                    row[f"answer_recall@{l_words}"] = at[l_words]
+    out: dict[str, list[tuple[str, str]]] = {}
+    for d, drows in datasets_of(rows).items():
+        if any(k.startswith("recall@") for r in drows for k in r):
+            ks = _cutoffs(drows, "recall@")
+            ls = [w for w in words if all(f"answer_recall@{w}" in r for r in drows)]
+            out[d] = [(f"R@{k}", f"recall@{k}") for k in ks] + [
+                (f"AR@{w}", f"answer_recall@{w}") for w in ls
+            ]
+        else:
+            gold = [(f"gR@{k}", f"gold_recall@{k}") for k in _cutoffs(drows, "gold_recall@")]
+            out[d] = [*GOLD_METRICS, *gold]
+    return out
+
+
+def _cutoffs(rows: Sequence[dict[str, Any]], prefix: str) -> list[int]:
+    """The cut-offs k of `{prefix}k` keys that every row has."""
+    ks = {int(k[len(prefix) :]) for k in rows[0] if k.startswith(prefix)} if rows else set()
+    return sorted(k for k in ks if all(f"{prefix}{k}" in r for r in rows))
