@@ -28,7 +28,7 @@ from densex.pipelines.plan.tables import print_plan
 from densex.retrieval.spec import IndexSpec
 from densex.utils.config import plain_data
 
-__all__ = ["plan", "run_plan"]
+__all__ = ["plan", "planned_disk_bytes", "run_plan"]
 
 
 def factoid_wiki_units(corpus: Mapping[str, Any]) -> dict[str, dict]:
@@ -82,3 +82,15 @@ def run_plan(cfg: DictConfig) -> list[dict[str, Any]]:
     _, dim_source = retriever_dim(cfg.retriever)
     print_plan(rows, str(cfg.retriever.get("name")), dim_source)
     return rows
+
+
+def planned_disk_bytes(cfg: DictConfig) -> int | None:
+    """The planner's estimate of the cache bytes of cfg's (corpus, granularity): units + fp16
+    embeddings + the exact fp32 index (`disk_total_bytes`; units alone for BM25); None for a
+    granularity the planner has no row for (a fused cell)."""
+    label = str(cfg.corpus.get("name") or "corpus")
+    granularity = str(cfg.granularity.name)
+    for row in plan(cfg):
+        if row["corpus"] == label and row["granularity"] == granularity:
+            return int(row["disk_total_bytes"])
+    return None
