@@ -36,8 +36,7 @@ import filelock
 
 from densex.utils.integrity import policy
 from densex.utils.io import DataError, read_json, tmp_tag, write_json
-from densex.utils.logging import get_logger
-from densex.utils.progress import interval_s
+from densex.utils.logging import get_logger, interval_s
 
 log = get_logger(__name__)
 
