@@ -11,10 +11,8 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
 import sys
 import textwrap
-import threading
 import time
 from pathlib import Path
 
@@ -22,6 +20,7 @@ import pytest
 
 from densex.utils import locks
 from densex.utils.io import DataError
+from helpers import procs
 from helpers.env import subprocess_env
 
 ENV = subprocess_env(DENSEX_PROGRESS_S="1", COLUMNS="1000")  # log lines unwrapped
@@ -69,37 +68,9 @@ print("DONE", flush=True)
 """
 
 
-class Proc:
-    """A child Python process whose merged output is collected as it comes."""
-
-    def __init__(self, code: str, *args: object) -> None:
-        self.p = subprocess.Popen(
-            [sys.executable, "-c", textwrap.dedent(code), *map(str, args)],
-            env=ENV,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
-        self.pid, self.lines = self.p.pid, []
-        self._reader = threading.Thread(
-            target=lambda: self.lines.extend(self.p.stdout), daemon=True
-        )
-        self._reader.start()
-
-    def text(self) -> str:
-        return " ".join(" ".join(self.lines).split())  # rich wraps long log lines
-
-    def until(self, needle: str, timeout: float = 60.0) -> None:
-        deadline = time.monotonic() + timeout
-        while needle not in self.text():
-            assert self.p.poll() is None and time.monotonic() < deadline, self.text()
-            time.sleep(0.05)
-
-    def finish(self, timeout: float = 60.0) -> str:
-        self.p.wait(timeout)
-        self._reader.join(timeout)
-        assert self.p.returncode == 0, self.text()
-        return self.text()
+def Proc(code: str, *args: object) -> procs.Proc:  # noqa: N802 - reads as the class it makes
+    """A child Python process running `code` with `args`."""
+    return procs.Proc([sys.executable, "-c", textwrap.dedent(code), *map(str, args)], ENV)
 
 
 def _wait_for_file(path: Path, timeout: float = 30.0) -> None:
