@@ -32,7 +32,7 @@ from densex.utils.cache import content_key, hash_file
 from densex.utils.config import from_config
 from densex.utils.integrity import check_file, remove_orphans
 from densex.utils.io import DataError, read_json
-from densex.utils.locks import locked, share_pending
+from densex.utils.locks import clear_claims, locked, share_pending
 from densex.utils.logging import get_logger
 from densex.utils.models import resolve_model
 from densex.utils.shards import pending as shards_pending
@@ -156,6 +156,7 @@ def generate_with_model(
     with locked(out_path, "propositions"):  # one merge, by whoever gets here first
         if not _merged(out_path):
             _merge(passages, shards, shard_dir, out_path, opts, cfg, record)
+        clear_claims(shard_dir, "shard-")
     if trainer is not None:
         trainer.strategy.barrier("propositions-merged")  # the other ranks may read it now
     return out_path
