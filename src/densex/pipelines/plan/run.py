@@ -85,12 +85,14 @@ def run_plan(cfg: DictConfig) -> list[dict[str, Any]]:
 
 
 def planned_disk_bytes(cfg: DictConfig) -> int | None:
-    """The planner's estimate of the cache bytes of cfg's (corpus, granularity): units + fp16
-    embeddings + the exact fp32 index (`disk_total_bytes`; units alone for BM25); None for a
-    granularity the planner has no row for (a fused cell)."""
+    """The planner's estimate of the cache bytes a cell of cfg needs: the units of every
+    granularity the corpus builds (the units stage writes them all) + the cell granularity's
+    fp16 embeddings and exact fp32 index (its `disk_total_bytes` is units + those two; units
+    alone for BM25); None for a granularity the planner has no row for (a fused cell)."""
     label = str(cfg.corpus.get("name") or "corpus")
-    granularity = str(cfg.granularity.name)
-    for row in plan(cfg):
-        if row["corpus"] == label and row["granularity"] == granularity:
-            return int(row["disk_total_bytes"])
-    return None
+    rows = [row for row in plan(cfg) if row["corpus"] == label]
+    cell = [row for row in rows if row["granularity"] == str(cfg.granularity.name)]
+    if not cell:
+        return None
+    others = sum(row["units_bytes"] for row in rows if row is not cell[0])
+    return int(cell[0]["disk_total_bytes"] + others)
