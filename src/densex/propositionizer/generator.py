@@ -177,6 +177,7 @@ class ClaimedShards(IterableDataset):
         n = 0
         for shard in claimed:
             n += 1
+            log.info("generating shard %d (%d passages)", shard["shard"], len(shard["ids"]))
             yield shard
         if not n and (self.probe or self.shards):
             first = (self.probe or self.shards)[0]
