@@ -128,7 +128,9 @@ def encode_units_to_dir(
     trainer, encoded, resumed = _encode_shared(units_path, spec, out, plan, job, trainer_cfg)
     if trainer is not None and not trainer.is_global_zero:  # ddp: rank 0 writes the manifest
         trainer.strategy.barrier("densex-manifest")
-        return EmbeddingStore.open(out)
+        store = EmbeddingStore.open(out)
+        store.encoded_rows = encoded
+        return store
     run = {
         "encoded_this_run": encoded,
         "resumed_shards": resumed,
