@@ -114,10 +114,7 @@ def encode_units_to_dir(
         "shard_size": shard_size,
         "dtype": dtype or spec.dtype,
     }
-    remove_orphans(out)
-    store = open_embeddings(out)
-    if store is not None and all(store.manifest.get(k) == v for k, v in job.items()):
-        store.reused = True
+    if (store := _reusable(out, job)) is not None:
         return store
     n_units = len(unit_tables(units_path)[1])
     if n_units == 0:
@@ -148,6 +145,17 @@ def encode_units_to_dir(
         trainer.strategy.barrier("densex-manifest")  # the other ranks wait for the manifest
     store.encoded_rows, store.reused = encoded, not wrote and encoded == 0
     return store
+
+
+def _reusable(out: Path, job: dict[str, Any]) -> EmbeddingStore | None:
+    """The complete, verified store of `job` in `out` (marked reused), or None; temp files of
+    dead writers are removed first."""
+    remove_orphans(out)
+    store = open_embeddings(out)
+    if store is not None and all(store.manifest.get(k) == v for k, v in job.items()):
+        store.reused = True
+        return store
+    return None
 
 
 def _encode_shared(
