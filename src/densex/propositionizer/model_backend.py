@@ -122,8 +122,12 @@ def generate_with_model(
     remove_orphans(shard_dir)  # temp files of a killed earlier run
     shards = _plan_shards(passages, opts.shard_size)
 
+    valid: set[int] = set()  # a shard once complete stays complete: read each one once
+
     def done(s: Mapping[str, Any]) -> bool:
-        return read_shard(shard_path(shard_dir, s["shard"]), s["ids"]) is not None
+        if s["shard"] not in valid and read_shard(shard_path(shard_dir, s["shard"]), s["ids"]):
+            valid.add(s["shard"])
+        return s["shard"] in valid
 
     pending = shards_pending(shards, done)
     log.info(
