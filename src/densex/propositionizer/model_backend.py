@@ -7,7 +7,7 @@ Shards, dtype and fingerprint rules: docs/architecture.md, "Design notes: genera
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -122,12 +122,7 @@ def generate_with_model(
     remove_orphans(shard_dir)  # temp files of a killed earlier run
     shards = _plan_shards(passages, opts.shard_size)
 
-    valid: set[int] = set()  # a shard once complete stays complete: read each one once
-
-    def done(s: Mapping[str, Any]) -> bool:
-        if s["shard"] not in valid and read_shard(shard_path(shard_dir, s["shard"]), s["ids"]):
-            valid.add(s["shard"])
-        return s["shard"] in valid
+    done = _completeness(shard_dir)
 
     pending = shards_pending(shards, done)
     log.info(
@@ -164,6 +159,20 @@ def generate_with_model(
     if trainer is not None:
         trainer.strategy.barrier("propositions-merged")  # the other ranks may read it now
     return out_path
+
+
+def _completeness(shard_dir: Path) -> Callable[[Mapping[str, Any]], bool]:
+    """Whether a shard is complete (its file holds exactly its ids); a shard once complete
+    stays so, so each is read once however often the pending shards are checked."""
+    valid: set[int] = set()
+
+    def done(s: Mapping[str, Any]) -> bool:
+        if s["shard"] not in valid:
+            if read_shard(shard_path(shard_dir, s["shard"]), s["ids"]) is not None:
+                valid.add(s["shard"])
+        return s["shard"] in valid
+
+    return done
 
 
 def _merge(
