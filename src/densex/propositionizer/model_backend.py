@@ -167,9 +167,9 @@ def _completeness(shard_dir: Path) -> Callable[[Mapping[str, Any]], bool]:
     valid: set[int] = set()
 
     def done(s: Mapping[str, Any]) -> bool:
-        if s["shard"] not in valid:
-            if read_shard(shard_path(shard_dir, s["shard"]), s["ids"]) is not None:
-                valid.add(s["shard"])
+        path = shard_path(shard_dir, s["shard"])
+        if s["shard"] not in valid and read_shard(path, s["ids"]) is not None:
+            valid.add(s["shard"])
         return s["shard"] in valid
 
     return done
