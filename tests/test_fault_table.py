@@ -174,7 +174,7 @@ def test_hostile_teacher_replies_are_rejected_counted_and_never_cached(tmp_path)
     man = json.loads((out.parent / "manifest.json").read_text())
     assert man["bad_replies"]["final"] == 3
     assert set(man["bad_replies"]["reasons"]) == {"rejected: too_deep", "rejected: too_long"}
-    cached = [f for f in (out.parent / "teacher_cache").rglob("*.json")]
+    cached = list((cache / "teacher").rglob("*.json"))  # propositionizer.cache_dir
     assert len(cached) == 1  # only the good reply
 
 

@@ -123,6 +123,7 @@ def generate_with_model(
     shards = _plan_shards(passages, opts.shard_size)
 
     done = _completeness(shard_dir)
+    before = _merge_state(out_path)  # a merge written by another process changes it
 
     pending = shards_pending(shards, done)
     log.info(
@@ -152,8 +153,8 @@ def generate_with_model(
         "skipped": dict(skipped or NO_SKIPS),
         "generation_seconds": round(time.perf_counter() - t0, 3),
     }
-    with locked(out_path, "propositions"):  # one merge, by whoever gets here first
-        if not _merged(out_path):
+    with locked(out_path, "propositions"):  # another process merged meanwhile: keep it
+        if _merge_state(out_path) == before or not _merged(out_path):
             _merge(passages, shards, shard_dir, out_path, opts, cfg, record)
         clear_claims(shard_dir, "shard-")
     if trainer is not None:
@@ -192,6 +193,15 @@ def _merge(
         hit_max_new_tokens=cut,
         **record,
     )
+
+
+def _merge_state(out_path: Path) -> tuple[int, int] | None:
+    """(size, mtime_ns) of the propositions manifest, None when there is none."""
+    try:
+        st = manifest_path(out_path).stat()
+    except FileNotFoundError:
+        return None
+    return st.st_size, st.st_mtime_ns
 
 
 def _merged(out_path: Path) -> bool:
