@@ -207,8 +207,8 @@ def test_damaged_index_and_embeddings_are_rebuilt_and_skips_counted(tmp_path):
     q = tmp_path / "questions.jsonl"
     q.write_bytes((DEMO / "questions.jsonl").read_bytes() + b'{"id": "bad", "question": 5}\n')
     cache = tmp_path / "cache"
-    args = ("corpus=demo", f"corpus.passages={p}", "dataset=demo", f"dataset.path={q}",
-            "dataset.on_error=skip", "topk=[1,5,20]")  # fmt: skip
+    args = ("corpus=demo", f"corpus.passages={p}", "corpus.propositions=null", "dataset=demo",
+            f"dataset.path={q}", "dataset.on_error=skip", "topk=[1,5,20]")  # fmt: skip
     first = _entry("evaluate.py", tmp_path / "run0", cache, *args)
     assert first.returncode == 0, first.stderr[-3000:]
     row = _metrics(tmp_path / "run0")
@@ -241,7 +241,8 @@ def test_a_full_disk_is_one_line_and_a_rerun_after_freeing_space_is_clean(tmp_pa
     if os.geteuid() != 0 or not _mount_tmpfs(cache, "1m"):
         pytest.skip("mounting a 1 MB tmpfs needs root (mount -t tmpfs)")
     try:
-        args = ("corpus=demo", "dataset=demo", "granularity=passage", "topk=[1,5,20]")
+        # units fit (~0.4 MB), the 472 propositions' vectors (0.7 MB) do not: as in issue 23
+        args = ("corpus=demo", "dataset=demo", "granularity=proposition", "topk=[1,5,20]")
         full = _entry("evaluate.py", tmp_path / "run0", cache / "c", *args)
         line = _one_line_error(full)
         assert "no space left on device" in line and "(the planner's estimate)" in line

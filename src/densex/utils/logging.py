@@ -43,6 +43,9 @@ QUIET_WARNINGS = (
     r".*does not have many workers which may be a bottleneck",
     r".*pkg_resources is deprecated",
     r".*Consider setting `persistent_workers=True`",
+    # shard claims feed predict from an IterableDataset with an upper-bound length (utils.locks)
+    r".*Your `IterableDataset` has `__len__` defined",
+    r".*Couldn't infer the batch indices fetched from your dataloader",
 )
 
 
