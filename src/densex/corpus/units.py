@@ -43,6 +43,7 @@ from densex.corpus.units_key import (
 from densex.utils.config import plain_data
 from densex.utils.integrity import file_records, handle_damage, remove_orphans, verify_files
 from densex.utils.io import read_json, write_json, write_manifest
+from densex.utils.locks import build_once
 from densex.utils.logging import get_logger
 
 log = get_logger(__name__)
@@ -144,8 +145,21 @@ def build_units(
     out = Path(out_dir)
     key = units_key(corpus_cfg, propositions_path)
     remove_orphans(out)
-    if not overwrite and (files := _reuse(out, key)) is not None:
-        return files
+    # one build per key: a concurrent process waits for this one's lock, then reuses the files
+    return build_once(
+        out,
+        "units",
+        reuse=lambda: None if overwrite else _reuse(out, key),
+        build=lambda: _build(corpus_cfg, out, key, propositions_path, overwrite),
+    )
+
+
+def _build(
+    corpus_cfg: Mapping[str, Any], out: Path, key: str,
+    propositions_path: str | os.PathLike | None, overwrite: bool,
+) -> UnitFiles:  # fmt: skip
+    """`build_units`' work, under the units lock: shards (resumed when the key matches), the
+    JSONL exports, then the manifest."""
     # the old manifest goes first: a crash mid-rebuild must not leave files that look complete
     (out / "manifest.json").unlink(missing_ok=True)
     _start_fresh_unless_resuming(out, key, overwrite)

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from densex.utils.io import mkdtemp, write_manifest
+from densex.utils.locks import locked
 
 __all__ = ["export_hf", "swap_dir"]
 
@@ -22,17 +23,20 @@ def export_hf(model: Any, tokenizer: Any, out_dir: str | os.PathLike, **manifest
     `manifest`) to `out_dir`, built in a temp dir beside it and swapped in (`swap_dir`)."""
     out = Path(out_dir)
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = mkdtemp(out.parent, prefix=f".{out.name}.")
-    try:
-        model.save_pretrained(tmp)
-        tokenizer.save_pretrained(tmp)
-        n_params = sum(p.numel() for p in model.parameters())
-        write_manifest(tmp / "manifest.json", kind="propositionizer", n_params=n_params, **manifest)
-        swap_dir(tmp, out)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            shutil.rmtree(tmp)
-        raise
+    with locked(out, "exported model"):  # two runs exporting to one dir swap in turn
+        tmp = mkdtemp(out.parent, prefix=f".{out.name}.")
+        try:
+            model.save_pretrained(tmp)
+            tokenizer.save_pretrained(tmp)
+            n_params = sum(p.numel() for p in model.parameters())
+            write_manifest(
+                tmp / "manifest.json", kind="propositionizer", n_params=n_params, **manifest
+            )
+            swap_dir(tmp, out)
+        except BaseException:
+            with contextlib.suppress(FileNotFoundError):
+                shutil.rmtree(tmp)
+            raise
     return out
 
 

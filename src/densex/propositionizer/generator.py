@@ -6,21 +6,33 @@ generation in `predict_step`, one predict batch = one shard of passages) and
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import pytorch_lightning as pl
 import torch
 from pytorch_lightning.callbacks import BasePredictionWriter
-from torch.utils.data import DataLoader
+from torch.utils.data import DataLoader, IterableDataset
 
 from densex.utils.generation import generate_sorted
-from densex.utils.io import write_jsonl
+from densex.utils.io import DataError, read_jsonl, write_jsonl
+from densex.utils.locks import claim_each, release
+from densex.utils.logging import get_logger
 from densex.utils.models import resolve_dtype
 from densex.utils.shards import rank_share
 
-__all__ = ["SHARD_NAME", "PropositionGenerator", "PropositionShardWriter"]
+log = get_logger("densex.propositionizer.model_backend")  # generation's lines keep one name
+
+__all__ = [
+    "SHARD_NAME",
+    "ClaimedShards",
+    "PropositionGenerator",
+    "PropositionShardWriter",
+    "read_shard",
+    "shard_path",
+]
 
 SHARD_NAME = "shard-{:05d}.jsonl"
 
@@ -42,10 +54,12 @@ class PropositionGenerator(pl.LightningModule):
         max_new_tokens: int = 512,
         num_beams: int = 1,
         dtype: str = "auto",
+        shard_dir: str | os.PathLike | None = None,
     ):
         super().__init__()
         self.model_name_or_path = model_name_or_path
         self.shards = list(shards)
+        self.shard_dir = None if shard_dir is None else str(shard_dir)
         self.batch_size = batch_size
         self.max_source_length = max_source_length
         self.max_new_tokens = max_new_tokens
@@ -72,14 +86,12 @@ class PropositionGenerator(pl.LightningModule):
     def predict_dataloader(self) -> DataLoader:
         rank, world = self.trainer.global_rank, self.trainer.world_size
         mine = rank_share(self.shards, rank, world)
-        if not mine and self.shards:
-            # more ranks than pending shards: Lightning wants a batch on every rank, so an idle
-            # rank generates for one passage of the first shard, which its writer never writes
-            first = self.shards[0]
-            mine = [
-                {**first, "ids": first["ids"][:1], "sources": first["sources"][:1], "probe": True}
-            ]
-        return DataLoader(mine, batch_size=1, shuffle=False, collate_fn=_only)
+        return DataLoader(
+            ClaimedShards(mine, self.shard_dir, probe=self.shards[:1]),
+            batch_size=1,
+            shuffle=False,
+            collate_fn=_only,
+        )
 
     def generate(self, sources: Sequence[str]) -> tuple[list[str], list[bool]]:
         """Generate for `sources` in length-sorted batches; return texts and, per text, whether
@@ -107,13 +119,79 @@ class PropositionGenerator(pl.LightningModule):
         }
 
 
+def shard_path(shard_dir: str | os.PathLike, shard: int) -> Path:
+    """The file of shard number `shard` (also the artifact its claim locks)."""
+    return Path(shard_dir) / SHARD_NAME.format(shard)
+
+
+def read_shard(path: Path, ids: Sequence[str]) -> list[dict[str, Any]] | None:
+    """The rows of a complete shard for exactly `ids`, or None (missing or stale)."""
+    if not path.exists():
+        return None
+    try:
+        rows = list(read_jsonl(path, required=("id", "raw")))
+    except DataError as e:
+        log.warning("ignoring unreadable shard %s: %s", path, e)
+        return None
+    if [r["id"] for r in rows] != list(ids):
+        log.warning("ignoring shard %s: its ids do not match the passages", path)
+        return None
+    return rows
+
+
+def _shard_done(shard_dir: str, shard: Mapping[str, Any]) -> bool:
+    return read_shard(shard_path(shard_dir, shard["shard"]), shard["ids"]) is not None
+
+
+def _shard_claim(shard_dir: str, shard: Mapping[str, Any]) -> Path:
+    return shard_path(shard_dir, shard["shard"])
+
+
+class ClaimedShards(IterableDataset):
+    """The shards (one predict batch each) this process claims: one written already or claimed
+    by another process is skipped (`utils.locks.claim_each`), so processes on one pending
+    directory share its shards; a claim is held until `PropositionShardWriter` writes the shard.
+    Nothing claimable (or more ranks than shards): one probe passage of `probe`, never written.
+    `shard_dir` None claims nothing (every shard is generated)."""
+
+    def __init__(
+        self,
+        shards: Sequence[Mapping[str, Any]],
+        shard_dir: str | None,
+        probe: Sequence[Mapping[str, Any]] = (),
+    ) -> None:
+        self.shards, self.shard_dir, self.probe = list(shards), shard_dir, list(probe)
+
+    def __len__(self) -> int:  # an upper bound: shards claimed elsewhere are skipped
+        return max(1, len(self.shards))
+
+    def __iter__(self) -> Iterator[Mapping[str, Any]]:
+        claimed = iter(self.shards)
+        if self.shard_dir is not None:
+            claimed = claim_each(
+                self.shards,
+                partial(_shard_claim, self.shard_dir),
+                partial(_shard_done, self.shard_dir),
+                "propositions shard",
+            )
+        n = 0
+        for shard in claimed:
+            n += 1
+            log.info("generating shard %d (%d passages)", shard["shard"], len(shard["ids"]))
+            yield shard
+        if not n and (self.probe or self.shards):
+            first = (self.probe or self.shards)[0]
+            yield {**first, "ids": first["ids"][:1], "sources": first["sources"][:1], "probe": True}
+
+
 def _only(batch: list[Any]) -> Any:
     """Collate for one-shard batches (a module-level function, so ddp_spawn can pickle it)."""
     return batch[0]
 
 
 class PropositionShardWriter(BasePredictionWriter):
-    """Writes each predicted shard atomically as `shard-XXXXX.jsonl` of `{"id", "raw", "cut"}`."""
+    """Writes each predicted shard atomically as `shard-XXXXX.jsonl` of `{"id", "raw", "cut"}`,
+    then releases its claim."""
 
     def __init__(self, shard_dir: str | os.PathLike):
         super().__init__(write_interval="batch")
@@ -128,4 +206,6 @@ class PropositionShardWriter(BasePredictionWriter):
             {"id": i, "raw": r, "cut": c}
             for i, r, c in zip(prediction["ids"], prediction["raw"], prediction["cut"])
         )
-        write_jsonl(self.shard_dir / SHARD_NAME.format(prediction["shard"]), rows)
+        path = shard_path(self.shard_dir, prediction["shard"])
+        write_jsonl(path, rows)
+        release(path)  # the claim `ClaimedShards` took

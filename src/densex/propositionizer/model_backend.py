@@ -7,7 +7,7 @@ Shards, dtype and fingerprint rules: docs/architecture.md, "Design notes: genera
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -15,17 +15,24 @@ import pytorch_lightning as pl
 
 from densex.propositionizer.fingerprint import effective_dtype, model_fingerprint
 from densex.propositionizer.generator import (
-    SHARD_NAME,
     PropositionGenerator,
     PropositionShardWriter,
+    read_shard,
+    shard_path,
 )
-from densex.propositionizer.output import NO_SKIPS, passage_source, write_propositions
+from densex.propositionizer.output import (
+    NO_SKIPS,
+    manifest_path,
+    passage_source,
+    write_propositions,
+)
 from densex.propositionizer.parse import ParseLimits
 from densex.propositionizer.settings import ModelSettings
 from densex.utils.cache import content_key, hash_file
 from densex.utils.config import from_config
-from densex.utils.integrity import remove_orphans
-from densex.utils.io import DataError, read_jsonl
+from densex.utils.integrity import check_file, remove_orphans
+from densex.utils.io import DataError, read_json
+from densex.utils.locks import clear_claims, locked, share_pending
 from densex.utils.logging import get_logger
 from densex.utils.models import resolve_model
 from densex.utils.shards import pending as shards_pending
@@ -35,21 +42,6 @@ from densex.utils.trainer import predict_trainer
 log = get_logger(__name__)
 
 __all__ = ["generate_with_model"]
-
-
-def _read_shard(path: Path, ids: Sequence[str]) -> list[dict[str, Any]] | None:
-    """The rows of a complete shard for exactly `ids`, or None (missing or stale)."""
-    if not path.exists():
-        return None
-    try:
-        rows = list(read_jsonl(path, required=("id", "raw")))
-    except DataError as e:
-        log.warning("ignoring unreadable shard %s: %s", path, e)
-        return None
-    if [r["id"] for r in rows] != list(ids):
-        log.warning("ignoring shard %s: its ids do not match the passages", path)
-        return None
-    return rows
 
 
 def _generation_settings(opts: ModelSettings, trainer_cfg: Any) -> dict[str, Any]:
@@ -85,7 +77,7 @@ def _run_pending(
 ) -> pl.Trainer:
     """Generate the `pending` shards with `Trainer.predict`; the trainer, after every rank's
     shards are on disk (under ddp every rank runs this; rank 0 merges)."""
-    module = PropositionGenerator(model, pending, **settings)
+    module = PropositionGenerator(model, pending, **settings, shard_dir=shard_dir)
     # 32-true: the weights' own dtype decides; the trainer's `precision: auto` would
     # otherwise wrap predict_step in bf16 autocast behind the manifest's back
     trainer = predict_trainer(
@@ -101,7 +93,7 @@ def _collect_shards(shards: Sequence[Mapping[str, Any]], shard_dir: Path) -> tup
     raws: list[str] = []
     cut = 0
     for s in shards:
-        rows = _read_shard(shard_dir / SHARD_NAME.format(s["shard"]), s["ids"])
+        rows = read_shard(shard_path(shard_dir, s["shard"]), s["ids"])
         if rows is None:
             raise RuntimeError(f"shard {s['shard']} missing after generation in {shard_dir}")
         raws += [r["raw"] for r in rows]
@@ -129,20 +121,66 @@ def generate_with_model(
     shard_dir = out_path.parent / "shards" / _shards_key(fingerprint, passages_sha, opts, settings)
     remove_orphans(shard_dir)  # temp files of a killed earlier run
     shards = _plan_shards(passages, opts.shard_size)
-    pending = shards_pending(
-        shards,
-        lambda s: _read_shard(shard_dir / SHARD_NAME.format(s["shard"]), s["ids"]) is not None,
-    )
+
+    done = _completeness(shard_dir)
+    before = _merge_state(out_path)  # a merge written by another process changes it
+
+    pending = shards_pending(shards, done)
     log.info(
         "propositionizer %s: %d passages in %d shards, %d to generate (%s)",
         *(model, len(passages), len(shards), len(pending), shard_dir),
     )
     t0 = time.perf_counter()
-    trainer = _run_pending(model, pending, settings, shard_dir, trainer_cfg) if pending else None
+    runs: list[pl.Trainer] = []  # shards claimed one by one: processes on one dir share them
+    share_pending(
+        shards,
+        done,
+        lambda s: shard_path(shard_dir, s["shard"]),
+        lambda todo: runs.append(_run_pending(model, todo, settings, shard_dir, trainer_cfg)),
+        "propositions shard",
+    )
+    trainer = runs[-1] if runs else None
     if trainer is not None and not trainer.is_global_zero:  # ddp (not spawn): rank 0 merges
         trainer.strategy.barrier("propositions-merged")  # ... and the others wait for it
         return out_path
-    seconds = time.perf_counter() - t0
+    record = {
+        "model": model,
+        "model_commit": fingerprint.get("commit"),
+        "settings": _settings_record(settings, opts),
+        "passages_file": str(passages_path),
+        "passages_sha256": passages_sha,
+        "shards": _shards_record(shard_dir, len(shards), len(pending)),
+        "skipped": dict(skipped or NO_SKIPS),
+        "generation_seconds": round(time.perf_counter() - t0, 3),
+    }
+    with locked(out_path, "propositions"):  # another process merged meanwhile: keep it
+        if _merge_state(out_path) == before or not _merged(out_path):
+            _merge(passages, shards, shard_dir, out_path, opts, cfg, record)
+        clear_claims(shard_dir, "shard-")
+    if trainer is not None:
+        trainer.strategy.barrier("propositions-merged")  # the other ranks may read it now
+    return out_path
+
+
+def _completeness(shard_dir: Path) -> Callable[[Mapping[str, Any]], bool]:
+    """Whether a shard is complete (its file holds exactly its ids); a shard once complete
+    stays so, so each is read once however often the pending shards are checked."""
+    valid: set[int] = set()
+
+    def done(s: Mapping[str, Any]) -> bool:
+        path = shard_path(shard_dir, s["shard"])
+        if s["shard"] not in valid and read_shard(path, s["ids"]) is not None:
+            valid.add(s["shard"])
+        return s["shard"] in valid
+
+    return done
+
+
+def _merge(
+    passages: list[dict[str, Any]], shards: Sequence[Mapping[str, Any]], shard_dir: Path,
+    out_path: Path, opts: ModelSettings, cfg: Mapping[str, Any], record: dict[str, Any],
+) -> None:  # fmt: skip
+    """Every shard's raw outputs, parsed, into the propositions file + manifest (`record`)."""
     raws, cut = _collect_shards(shards, shard_dir)
     write_propositions(
         passages,
@@ -152,19 +190,28 @@ def generate_with_model(
         spacy_model=opts.spacy_model,
         limits=ParseLimits.from_cfg(cfg),
         type="model",
-        model=model,
-        model_commit=fingerprint.get("commit"),
-        settings=_settings_record(settings, opts),
-        passages_file=str(passages_path),
-        passages_sha256=passages_sha,
-        shards=_shards_record(shard_dir, len(shards), len(pending)),
         hit_max_new_tokens=cut,
-        skipped=dict(skipped or NO_SKIPS),
-        generation_seconds=round(seconds, 3),
+        **record,
     )
-    if trainer is not None:
-        trainer.strategy.barrier("propositions-merged")  # the other ranks may read it now
-    return out_path
+
+
+def _merge_state(out_path: Path) -> tuple[int, int] | None:
+    """(size, mtime_ns) of the propositions manifest, None when there is none."""
+    try:
+        st = manifest_path(out_path).stat()
+    except FileNotFoundError:
+        return None
+    return st.st_size, st.st_mtime_ns
+
+
+def _merged(out_path: Path) -> bool:
+    """Whether `out_path` holds a complete merge (its manifest's size + hash match): another
+    process merged the same shards while this one waited for the lock."""
+    try:
+        record = read_json(manifest_path(out_path)).get("file")
+    except DataError:
+        return False
+    return record is not None and check_file(out_path, record) is None
 
 
 def _shards_key(

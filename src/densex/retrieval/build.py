@@ -30,11 +30,13 @@ from densex.utils.distributed import global_rank
 from densex.utils.integrity import (
     CacheSpec,
     DamagedArtifact,
+    file_hash,
     handle_damage,
     policy,
     remove_orphans,
 )
-from densex.utils.io import DataError
+from densex.utils.io import DataError, read_json
+from densex.utils.locks import build_once
 from densex.utils.logging import get_logger
 
 log = get_logger(__name__)
@@ -146,21 +148,21 @@ def load_or_build_searcher(
     emb_dir = embeddings_dir(units_path, spec, cache_dir, shard_size)
     # verified (size + hash per shard) before reuse; damaged shards alone are re-encoded
     store = open_embeddings(emb_dir)
-    encoded = store is None
-    if encoded:
+    if store is None:  # shards claimed one by one: concurrent processes share the encoding
         store = encode_units_to_dir(units_path, spec, emb_dir, trainer_cfg, shard_size=shard_size)
+    encoded = store.encoded_rows > 0
 
     if global_rank() != 0:  # ddp: every rank encoded its shards; rank 0 alone builds the index
         return EncodedUnits(len(store), {"embeddings_dir": str(emb_dir), "encoded": encoded})
     ispec = IndexSpec.from_cfg(index_cfg)
     index, idx_dir, built = _load_or_build_index(
-        store, spec, ispec, emb_dir, cache_dir, units_path, rebuild=encoded
+        store, spec, ispec, emb_dir, cache_dir, units_path, encoded
     )
     log.info(
         "%s searcher over %d units (%s embeddings, %s index %s)",
         spec.name,
         index.ntotal,
-        "new" if encoded else "cached",
+        f"new ({store.encoded_rows} units encoded here)" if encoded else "cached",
         "new" if built else "cached",
         idx_dir,
     )
@@ -177,24 +179,42 @@ def load_or_build_searcher(
 
 def _load_or_build_index(
     store: Any, spec: RetrieverSpec, ispec: IndexSpec, emb_dir: Path, cache_dir: str | Path,
-    units_path: Path, rebuild: bool,
+    units_path: Path, encoded_here: bool,
 ) -> tuple[ShardedIndex, Path, bool]:  # fmt: skip
     """The faiss index of `store` under `ispec`, keyed by (embeddings, build settings): loaded
-    when cached and intact (search settings applied), else built one shard at a time; returns
-    (index, its dir, whether it was built)."""
+    when cached, intact and built from these embeddings (the hash of their manifest), search
+    settings applied; else built one shard at a time, once across processes (`utils.locks`);
+    returns (index, its dir, whether this process built it)."""
     key = content_key(embeddings=emb_dir.name, index=ispec.cache_fields())
     idx_dir = artifact_dir(cache_dir, "index", spec.name, ispec.name, key=key)
     remove_orphans(idx_dir)
-    if (idx_dir / "manifest.json").exists() and not rebuild:
+    source = file_hash(emb_dir / "manifest.json")
+
+    def reuse() -> ShardedIndex | None:
+        if not (idx_dir / "manifest.json").exists():
+            return None
+        built_from = read_json(idx_dir / "manifest.json").get("embeddings_manifest")
+        if built_from != source and (built_from is not None or encoded_here):
+            return None  # built from other (re-encoded) embeddings
         try:
-            return ShardedIndex.load(idx_dir, ispec), idx_dir, False
+            return ShardedIndex.load(idx_dir, ispec)
         except DamagedArtifact as e:
             handle_damage(e.problems, "index", f"rebuild: rm -r {idx_dir}")
             (idx_dir / "manifest.json").unlink(missing_ok=True)
-    index = build_index_to_dir(
-        store, ispec, idx_dir, embeddings_dir=str(emb_dir), units_sha256=hash_file(units_path)
-    )
-    return index, idx_dir, True
+            return None
+
+    built: list[bool] = []
+
+    def build() -> ShardedIndex:
+        built.append(True)
+        (idx_dir / "manifest.json").unlink(missing_ok=True)  # a stale index is not complete
+        return build_index_to_dir(
+            store, ispec, idx_dir, embeddings_dir=str(emb_dir), embeddings_manifest=source,
+            units_sha256=hash_file(units_path),
+        )  # fmt: skip
+
+    index = build_once(idx_dir, "index", reuse, build)
+    return index, idx_dir, bool(built)
 
 
 def _load_or_build_bm25(
@@ -204,16 +224,23 @@ def _load_or_build_bm25(
     key = content_key(units=hash_file(units_path), bm25=settings)
     out = artifact_dir(cache_dir, "bm25", settings["name"], key=key)
     remove_orphans(out.parent)  # build dirs of a killed earlier build (`.<key>.<host>-<pid>...`)
-    searcher = None
-    if (out / "manifest.json").exists():
+    built: list[bool] = []
+
+    def reuse() -> BM25Searcher | None:
+        if not (out / "manifest.json").exists():
+            return None
         try:
-            searcher = BM25Searcher.load(out)
+            return BM25Searcher.load(out)
         except DamagedArtifact as e:
             handle_damage(e.problems, "bm25 index", f"rebuild: rm -r {out}")
             shutil.rmtree(out)
-    built = searcher is None
-    if built:
+            return None
+
+    def build() -> BM25Searcher:
+        built.append(True)
         BM25Searcher.build(units_path, settings).save(out, units_sha256=hash_file(units_path))
-        searcher = BM25Searcher.load(out)
-    searcher.info = {"index_dir": str(out), "index_built": built, "encoded": False}
+        return BM25Searcher.load(out)
+
+    searcher = build_once(out, "bm25 index", reuse, build)  # once across processes
+    searcher.info = {"index_dir": str(out), "index_built": bool(built), "encoded": False}
     return searcher

@@ -27,6 +27,7 @@ class EmbeddingStore:
         self.root, self.manifest = root, manifest
         self._ids: list[str] | None = None
         self.reused = False  # set by `encode_units_to_dir` when nothing was encoded
+        self.encoded_rows = 0  # rows this process encoded into it (`encode_units_to_dir`)
 
     @classmethod
     def open(cls, root: str | Path) -> EmbeddingStore:

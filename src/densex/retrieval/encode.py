@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping, Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +26,7 @@ import pytorch_lightning as pl
 
 from densex.corpus.units import unit_tables
 from densex.retrieval.embedding_store import EmbeddingStore, open_embeddings
-from densex.retrieval.encode_data import ShardTexts, UnitsDataModule
+from densex.retrieval.encode_data import ShardTexts, UnitsDataModule, shard_claim, shard_written
 from densex.retrieval.encode_lightning import (
     EmbeddingShardWriter,
     EncoderModule,
@@ -36,8 +37,8 @@ from densex.retrieval.spec import RetrieverSpec
 from densex.utils.cache import hash_file
 from densex.utils.integrity import file_record, remove_orphans
 from densex.utils.io import DataError, read_json, write_json, write_manifest
+from densex.utils.locks import clear_claims, locked, share_pending
 from densex.utils.logging import get_logger
-from densex.utils.shards import pending as shards_pending
 from densex.utils.shards import plan_shards, shard_stem
 from densex.utils.trainer import predict_trainer
 
@@ -113,36 +114,78 @@ def encode_units_to_dir(
         "shard_size": shard_size,
         "dtype": dtype or spec.dtype,
     }
-    remove_orphans(out)
-    store = open_embeddings(out)
-    if store is not None and all(store.manifest.get(k) == v for k, v in job.items()):
-        store.reused = True
+    if (store := _reusable(out, job)) is not None:
         return store
     n_units = len(unit_tables(units_path)[1])
     if n_units == 0:
         raise DataError(units_path, None, None, "no units to encode")
     _bind_job(out, job)
     plan = plan_shards(n_units, shard_size)
-    done = _complete_shards(out, plan, job["dtype"])
-    pending = shards_pending(plan, done.__contains__)
     t0 = time.perf_counter()
-    trainer = _encode_pending(units_path, spec, out, pending, job["dtype"], trainer_cfg, len(done))
+    trainer, encoded, resumed = _encode_shared(units_path, spec, out, plan, job, trainer_cfg)
     if trainer is not None and not trainer.is_global_zero:  # ddp: rank 0 writes the manifest
         trainer.strategy.barrier("densex-manifest")
-        return EmbeddingStore.open(out)
-    missing = [sh for sh in plan if sh not in _complete_shards(out, plan, job["dtype"])]
-    if missing:
-        raise RuntimeError(f"encoding finished with {len(missing)} shards missing: {missing[:3]}")
+        store = EmbeddingStore.open(out)
+        store.encoded_rows = encoded
+        return store
     run = {
-        "encoded_this_run": sum(e - s for s, e in pending),
-        "resumed_shards": len(done),
+        "encoded_this_run": encoded,
+        "resumed_shards": resumed,
         "processes": trainer.world_size if trainer is not None else 1,
         "seconds": time.perf_counter() - t0,
     }
-    _write_manifest(out, spec, job, units_path, plan, n_units, run)
+    with locked(out, "embeddings"):  # one manifest, written by whoever finishes first
+        store = open_embeddings(out)
+        wrote = store is None
+        if wrote:
+            _write_manifest(out, spec, job, units_path, plan, n_units, run)
+            store = EmbeddingStore.open(out)
+        clear_claims(out, "emb-")
     if trainer is not None:
         trainer.strategy.barrier("densex-manifest")  # the other ranks wait for the manifest
-    return EmbeddingStore.open(out)
+    store.encoded_rows, store.reused = encoded, not wrote and encoded == 0
+    return store
+
+
+def _reusable(out: Path, job: dict[str, Any]) -> EmbeddingStore | None:
+    """The complete, verified store of `job` in `out` (marked reused), or None; temp files of
+    dead writers are removed first."""
+    remove_orphans(out)
+    store = open_embeddings(out)
+    if store is not None and all(store.manifest.get(k) == v for k, v in job.items()):
+        store.reused = True
+        return store
+    return None
+
+
+def _encode_shared(
+    units_path: Path, spec: RetrieverSpec, out: Path, plan: list[tuple[int, int]],
+    job: dict[str, Any], trainer_cfg: Any,
+) -> tuple[pl.Trainer | None, int, int]:  # fmt: skip
+    """Encode the shards not on disk, sharing them with any other process encoding `out`
+    (`utils.locks.share_pending`: each pass claims what nobody holds, then waits for the shards
+    held elsewhere). Returns (the last trainer, rows this process encoded, shards complete at
+    the start)."""
+    done = _complete_shards(out, plan, job["dtype"])
+    for shard in plan:  # damaged files were reported: encode those shards again
+        if shard not in done and shard_written(out, shard):
+            (out / f"emb-{shard_stem(*shard)}.npy").unlink(missing_ok=True)
+    state: dict[str, Any] = {"trainer": None, "rows": 0}
+
+    def run(pending: list[tuple[int, int]]) -> None:
+        n_done = len(plan) - len(pending)
+        trainer, rows = _encode_pending(
+            units_path, spec, out, pending, job["dtype"], trainer_cfg, n_done
+        )
+        state["trainer"], state["rows"] = trainer, state["rows"] + rows
+
+    share_pending(
+        plan, partial(shard_written, out), partial(shard_claim, out), run, "embedding shard"
+    )
+    missing = [sh for sh in plan if sh not in _complete_shards(out, plan, job["dtype"])]
+    if missing:
+        raise RuntimeError(f"encoding finished with {len(missing)} shards missing: {missing[:3]}")
+    return state["trainer"], state["rows"], len(done)
 
 
 def _bind_job(out: Path, job: dict[str, Any]) -> None:
@@ -162,26 +205,23 @@ def _bind_job(out: Path, job: dict[str, Any]) -> None:
 def _encode_pending(
     units_path: Path, spec: RetrieverSpec, out: Path, pending: list[tuple[int, int]],
     dtype: str, trainer_cfg: Any, n_done: int,
-) -> pl.Trainer | None:  # fmt: skip
-    """Encode the pending shards with Lightning predict (each rank its shards r, r+world, ...);
-    the trainer (None when nothing was pending), after every rank's shards are on disk."""
-    if not pending:
-        return None
+) -> tuple[pl.Trainer, int]:  # fmt: skip
+    """Encode the pending shards this process claims with Lightning predict (each rank claims
+    among its shards r, r+world, ...); (the trainer, rows it encoded), after every rank's
+    shards are on disk (under ddp_spawn the workers' rows are counted as the pending rows)."""
     log.info(
         "encoding %d units in %d shards with %s (%d shards already done)",
         sum(e - s for s, e in pending), len(pending), spec.name, n_done,
     )  # fmt: skip
     encoder = load_encoder(spec, "doc")
     texts = ShardTexts(units_path, spec, encoder, out)
+    writer = EmbeddingShardWriter(out, pending, texts, dtype)
     # encoding runs in the retriever's precision (part of the cache key), never the
     # trainer's: `trainer.precision=auto` must not turn cached fp32 vectors into bf16 ones
     trainer = predict_trainer(
         trainer_cfg,
         root_dir=out,
-        callbacks=[
-            EmbeddingShardWriter(out, pending, texts, dtype),
-            *units_progress_bar(trainer_cfg),
-        ],
+        callbacks=[writer, *units_progress_bar(trainer_cfg)],
         precision=spec.precision,
     )
     dm = UnitsDataModule(pending, texts, encoder, spec.batch_size)
@@ -189,7 +229,8 @@ def _encode_pending(
     # with `strategy=ddp` every rank runs this: wait for all shards (ddp_spawn returns in the
     # main process only)
     trainer.strategy.barrier("densex-encode")
-    return trainer
+    spawned = trainer.world_size > 1 and writer.rows_written == 0  # the workers' writers
+    return trainer, sum(e - s for s, e in pending) if spawned else writer.rows_written
 
 
 def _write_manifest(

@@ -4,28 +4,34 @@
 in a process, so ddp_spawn pickles no table), formats them for the encoder, orders them longest
 first and records the ones the tokenizer truncates (`trunc-<stem>.json`). `UnitsDataModule`
 gives rank r the pending shards r, r + world, ... (whole shards, so each is written once), as
-`(row, text)` items tokenised in the loader. Memory: one shard's texts, whatever the corpus
+`(row, text)` items tokenised in the loader, each shard claimed first (`ClaimedUnits`), so
+other processes encoding the same directory take the other shards. Memory: one shard's texts, whatever the corpus
 size.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytorch_lightning as pl
 import torch
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import DataLoader, IterableDataset
 
 from densex.corpus.columnar import ArrowTable
 from densex.corpus.units import unit_tables
 from densex.retrieval.encoders import RetrieverSpec, TextEncoder, format_unit_texts
 from densex.utils.io import write_json
+from densex.utils.locks import claim_each
+from densex.utils.logging import get_logger
 from densex.utils.shards import rank_share, shard_stem
 
-__all__ = ["ShardTexts", "UnitsDataModule", "UnitsDataset"]
+log = get_logger("densex.retrieval.encode")  # the encoding's log lines keep one name
+
+__all__ = ["ClaimedUnits", "ShardTexts", "UnitsDataModule", "shard_claim", "shard_written"]
 
 
 class ShardTexts:
@@ -82,25 +88,51 @@ class ShardTexts:
         return self._texts, self._order
 
 
-class UnitsDataset(Dataset):
-    """(row, text) for the shards one process encodes, shard after shard, each longest first."""
+def shard_claim(out: Path, shard: tuple[int, int]) -> Path:
+    """The artifact a shard claim locks (`utils.locks`): the shard's `.npy`, written last."""
+    return out / f"emb-{shard_stem(*shard)}.npy"
+
+
+def shard_written(out: Path, shard: tuple[int, int]) -> bool:
+    """Both files of the shard exist (each is written atomically, the `.npy` last)."""
+    stem = shard_stem(*shard)
+    return (out / f"emb-{stem}.npy").exists() and (out / f"ids-{stem}.json").exists()
+
+
+class ClaimedUnits(IterableDataset):
+    """(row, text) of the shards this process claims, shard after shard, each longest first.
+
+    A shard already written or claimed by another process is skipped (`utils.locks.claim_each`:
+    two processes on one pending directory share its shards); a claimed one stays locked until
+    the writer has written it. When nothing could be claimed, one probe row of `probe` (rows
+    are negative: the writer drops them) gives Lightning its batch on every rank."""
 
     def __init__(
-        self, shards: Sequence[tuple[int, int]], texts: ShardTexts, limit: int | None = None
+        self,
+        shards: Sequence[tuple[int, int]],
+        texts: ShardTexts,
+        probe: Sequence[tuple[int, int]] = (),
     ) -> None:
-        self.shards, self.texts, self.limit = list(shards), texts, limit
-        self._ends = np.cumsum([e - s for s, e in self.shards])
+        self.shards, self.texts, self.probe = list(shards), texts, list(probe)
 
-    def __len__(self) -> int:
-        n = int(self._ends[-1]) if len(self._ends) else 0
-        return n if self.limit is None else min(n, self.limit)
+    def __len__(self) -> int:  # an upper bound: shards claimed elsewhere are skipped
+        return max(1, sum(e - s for s, e in self.shards))
 
-    def __getitem__(self, i: int) -> tuple[int, Any]:
-        w = int(np.searchsorted(self._ends, i, side="right"))
-        shard = self.shards[w]
-        texts, order = self.texts.get(shard)
-        row = order[i - (int(self._ends[w - 1]) if w else 0)]
-        return row, texts[row - shard[0]]
+    def __iter__(self) -> Iterator[tuple[int, Any]]:
+        out = self.texts.out
+        claimed = 0
+        for shard in claim_each(
+            self.shards, partial(shard_claim, out), partial(shard_written, out), "embedding shard"
+        ):
+            claimed += 1
+            log.info("encoding shard %s (%d units)", shard_stem(*shard), shard[1] - shard[0])
+            texts, order = self.texts.get(shard)
+            for row in order:
+                yield row, texts[row - shard[0]]
+        if not claimed and (self.probe or self.shards):
+            shard = (self.probe or self.shards)[0]
+            texts, order = self.texts.get(shard)
+            yield -1 - order[0], texts[order[0] - shard[0]]
 
 
 class _Collate:
@@ -117,7 +149,8 @@ class _Collate:
 
 
 class UnitsDataModule(pl.LightningDataModule):
-    """Gives rank r the pending shards r, r+world, ...: whole shards, so each is written once."""
+    """Gives rank r the pending shards r, r+world, ... to claim: whole shards, so each is
+    written once."""
 
     def __init__(
         self,
@@ -132,14 +165,10 @@ class UnitsDataModule(pl.LightningDataModule):
 
     def predict_dataloader(self) -> DataLoader:
         rank, world = self.trainer.global_rank, self.trainer.world_size
+        # each rank claims among its own share (r, r + world, ...); more ranks than pending
+        # shards, or every shard claimed elsewhere: one probe row (never written)
         mine = rank_share(self.shards, rank, world)
-        # more ranks than pending shards: Lightning wants a batch on every rank, so an idle
-        # rank encodes one row of the first shard, which its writer never completes or writes
-        dataset = (
-            UnitsDataset(mine, self.texts)
-            if mine or not self.shards
-            else UnitsDataset(self.shards[:1], self.texts, limit=1)
-        )
+        dataset = ClaimedUnits(mine, self.texts, probe=self.shards[:1])
         return DataLoader(
             dataset,
             batch_size=self.batch_size,

@@ -19,9 +19,10 @@ from pytorch_lightning.callbacks import BasePredictionWriter, RichProgressBar
 from rich.progress import ProgressColumn
 from rich.text import Text
 
-from densex.retrieval.encode_data import ShardTexts
+from densex.retrieval.encode_data import ShardTexts, shard_claim
 from densex.retrieval.encoders import TextEncoder
 from densex.utils.io import atomic_open, write_json
+from densex.utils.locks import release
 from densex.utils.progress import is_tty
 from densex.utils.shards import shard_stem
 
@@ -41,7 +42,8 @@ class EncoderModule(pl.LightningModule):
 
 
 class EmbeddingShardWriter(BasePredictionWriter):
-    """Collects rows per shard; writes a shard (ids, then .npy, each atomic) once it is full."""
+    """Collects rows per shard; writes a shard (ids, then .npy, each atomic) once it is full,
+    then releases its claim."""
 
     def __init__(
         self,
@@ -59,7 +61,7 @@ class EmbeddingShardWriter(BasePredictionWriter):
         )
         self._starts = np.array([s for s, _ in self.shards], dtype=np.int64)
         self._buffers: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
-        self.shards_written = 0
+        self.shards_written = self.rows_written = 0
 
     def write_on_batch_end(
         self,
@@ -73,6 +75,9 @@ class EmbeddingShardWriter(BasePredictionWriter):
     ) -> None:
         rows = prediction["rows"].numpy()
         emb = prediction["embeddings"].numpy()
+        if (rows < 0).any():  # a probe row (`ClaimedUnits`): encoded, never written
+            keep = rows >= 0
+            rows, emb = rows[keep], emb[keep]
         which = np.searchsorted(self._starts, rows, side="right") - 1
         for w in np.unique(which):
             shard = self.shards[w]
@@ -97,7 +102,9 @@ class EmbeddingShardWriter(BasePredictionWriter):
         write_json(self.out_dir / f"ids-{stem}.json", self.texts.ids(shard), indent=None)
         with atomic_open(self.out_dir / f"emb-{stem}.npy", "wb") as f:
             np.save(f, emb.astype(self.dtype, copy=False))
+        release(shard_claim(self.out_dir, shard))  # the claim `ClaimedUnits` took
         self.shards_written += 1
+        self.rows_written += shard[1] - shard[0]
 
 
 class _UnitsSpeedColumn(ProgressColumn):

@@ -10,11 +10,13 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from densex.utils.io import file_sha256, mkdtemp, write_manifest
+from densex.utils.locks import build_once
 
 _file_hash_memo: dict[tuple[str, int, int], str] = {}
 
@@ -49,26 +51,31 @@ def ensure_built_dir(
 ) -> Path:
     """`out_dir`, built once by `build(tmp_dir)` in a temporary sibling and renamed into place.
 
-    A crash never leaves a half-built directory, and concurrent builders agree (the first
-    rename wins, the others discard their copy). A directory holding `marker` counts as built;
-    `manifest` (if given) is written beside the build's files.
+    A crash never leaves a half-built directory, and concurrent processes build it once: the
+    others wait for the builder's lock (`utils.locks.build_once`) and reuse its directory. A
+    directory holding `marker` counts as built; `manifest` (if given) is written beside the
+    build's files.
     """
-    import shutil
-
     out = Path(out_dir)
-    if (out / marker).exists():
-        return out
+    return build_once(
+        out,
+        "model",
+        reuse=lambda: out if (out / marker).exists() else None,
+        build=lambda: _build_dir(out, build, manifest),
+    )
+
+
+def _build_dir(out: Path, build: Callable[[Path], Any], manifest: dict[str, Any] | None) -> Path:
+    """`build(tmp)` in a temp sibling of `out`, the manifest beside, renamed to `out`."""
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = mkdtemp(out.parent, prefix=f".{out.name}.")
     try:
         build(tmp)
         if manifest is not None:
             write_manifest(tmp / "manifest.json", **manifest)
-        try:
-            os.replace(tmp, out)
-        except OSError:  # another process finished first
-            if not (out / marker).exists():
-                raise
+        if out.exists():  # an unfinished directory without the marker (an older version's)
+            shutil.rmtree(out)
+        os.replace(tmp, out)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return out

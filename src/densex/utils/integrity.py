@@ -61,6 +61,7 @@ class CacheSpec:
     shard_target_count: int = 64
     shard_min_size: int = 256
     shard_max_size: int = 50_000
+    lock_timeout_s: float = 86_400.0  # longest wait for another process's build (utils.locks)
 
     def __post_init__(self) -> None:
         check_choices("cache", on_damaged=(self.on_damaged, ON_DAMAGED))

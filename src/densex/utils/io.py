@@ -10,10 +10,10 @@ decode them here, so invalid UTF-8, a NUL, a truncated gzip or a random binary f
 one located `DataError` (`FILE:LINE: invalid UTF-8 byte 0xNN at byte offset N`), never a
 `UnicodeDecodeError` from the middle of a library.
 
-Why this module is long: the readers of untrusted bytes and the atomic writers are the two
-halves of one promise (what the pipeline reads is located, what it writes is complete), and
-every stage imports both from here; splitting them would leave two modules each importing
-the other's `DataError`.
+Why this module is long: it is the one place both promises are kept, for every stage: the
+readers of untrusted bytes and the atomic writer, with the error types they raise
+(`DataError`, `DiskFull` for a full file system), which every other module of `utils` imports
+from here; splitting them would leave two modules each importing the other's errors.
 """
 
 from __future__ import annotations
@@ -21,12 +21,14 @@ from __future__ import annotations
 import bz2
 import contextlib
 import csv
+import errno
 import gzip
 import hashlib
 import io
 import json
 import os
 import re
+import shutil
 import socket
 import tempfile
 import zlib
@@ -216,6 +218,65 @@ def umask() -> int:
     return mask
 
 
+_SHORT_WRITE = re.compile(r"\d+ requested and \d+ written")  # numpy's write to a full disk
+
+
+class DiskFull(DataError):
+    """A write ran out of space: `path`, the bytes the run needs (`needed`: the planner's
+    estimate, when known) and the bytes free on that file system."""
+
+    def __init__(self, path: str | os.PathLike, free: int, needed: int | None = None) -> None:
+        self.free, self.needed = int(free), needed
+        need = f"needs {_size(needed)} (the planner's estimate)" if needed else "needs more"
+        super().__init__(
+            path, None, None,
+            f"no space left on device: the run {need}, {_size(free)} free there; free some "
+            "space or point paths.cache_dir at a larger disk, then rerun (complete artifacts "
+            "are reused, no partial one is kept)",
+        )  # fmt: skip
+
+
+def _size(n: int) -> str:
+    return f"{n:,} bytes ({n / 1e6:.1f} MB)"
+
+
+def is_disk_full(error: BaseException) -> bool:
+    """Whether `error` is a full file system: ENOSPC or EDQUOT, or numpy's short write
+    (`OSError: 82944 requested and 65504 written`, no errno)."""
+    if isinstance(error, DiskFull):
+        return True
+    if not isinstance(error, OSError):
+        return False
+    return error.errno in (errno.ENOSPC, errno.EDQUOT) or bool(_SHORT_WRITE.search(str(error)))
+
+
+def free_space(path: str | os.PathLike) -> int:
+    """Bytes free to this user on the file system of `path` (its nearest existing parent)."""
+    p = Path(path).absolute()
+    while not p.exists() and p != p.parent:
+        p = p.parent
+    return int(shutil.disk_usage(p).free)
+
+
+@contextlib.contextmanager
+def disk_full_reported(
+    where: str | os.PathLike, needed: Callable[[], int | None]
+) -> Iterator[None]:
+    """A full disk anywhere in the block ends in one `DiskFull`: the file being written (else
+    `where`), `needed()` bytes (an estimate; None when it cannot be made) and the space free."""
+    try:
+        yield
+    except BaseException as e:
+        if not is_disk_full(e):
+            raise
+        path = e.path if isinstance(e, DiskFull) else (getattr(e, "filename", None) or where)
+        try:
+            need = needed()
+        except Exception:  # noqa: BLE001 - an estimate must not hide the disk-full error
+            need = None
+        raise DiskFull(path, free_space(path), need) from e
+
+
 @contextlib.contextmanager
 def atomic_open(
     path: str | os.PathLike, mode: str = "w", encoding: str | None = "utf-8"
@@ -224,7 +285,8 @@ def atomic_open(
 
     The file gets the mode a plain `open` would give it (0644 under umask 022; the temporary
     file's private 0600 is not kept), and a `path` ending in `.gz` is written gzip-compressed
-    (no name or time in the header, so equal content gives equal bytes).
+    (no name or time in the header, so equal content gives equal bytes). A full disk removes
+    the temporary file and raises `DiskFull` naming `path` and the space left.
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -249,9 +311,11 @@ def atomic_open(
                 f.flush()
                 os.fsync(f.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as e:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
+        if is_disk_full(e) and not isinstance(e, DiskFull):
+            raise DiskFull(path, free_space(path.parent)) from e
         raise
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 
 
 def get_logger(name: str) -> logging.Logger:
@@ -42,6 +43,9 @@ QUIET_WARNINGS = (
     r".*does not have many workers which may be a bottleneck",
     r".*pkg_resources is deprecated",
     r".*Consider setting `persistent_workers=True`",
+    # shard claims feed predict from an IterableDataset with an upper-bound length (utils.locks)
+    r".*Your `IterableDataset` has `__len__` defined",
+    r".*Couldn't infer the batch indices fetched from your dataloader",
 )
 
 
@@ -116,3 +120,12 @@ def render(renderable: object, min_width: int = 60) -> str:
     console = Console(width=max(width, min_width), file=io.StringIO(), color_system=None)
     console.print(renderable)
     return console.file.getvalue().rstrip()
+
+
+def interval_s() -> float:
+    """Seconds between two progress log lines (`DENSEX_PROGRESS_S`, default 30): progress bars
+    off a terminal (`utils.progress`) and lock waits (`utils.locks`)."""
+    try:
+        return max(0.0, float(os.environ.get("DENSEX_PROGRESS_S", "30")))
+    except ValueError:
+        return 30.0

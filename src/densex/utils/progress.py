@@ -18,6 +18,8 @@ from typing import Any, TypeVar
 
 import pytorch_lightning as pl
 
+from densex.utils.logging import interval_s
+
 log = logging.getLogger("densex.progress")
 
 T = TypeVar("T")
@@ -29,14 +31,6 @@ def is_tty() -> bool:
     if os.environ.get("DENSEX_PROGRESS", "").lower() == "log":
         return False
     return bool(getattr(sys.stderr, "isatty", lambda: False)())
-
-
-def interval_s() -> float:
-    """Seconds between two progress log lines (`DENSEX_PROGRESS_S`, default 30)."""
-    try:
-        return max(0.0, float(os.environ.get("DENSEX_PROGRESS_S", "30")))
-    except ValueError:
-        return 30.0
 
 
 def _rate(r: float) -> str:

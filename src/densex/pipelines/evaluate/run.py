@@ -41,10 +41,12 @@ from densex.pipelines.evaluate.cell import Cell, load_questions, open_cell, sear
 from densex.pipelines.evaluate.metrics import cell_gold_metrics, cell_qa_metrics, recall_at_each_k
 from densex.pipelines.evaluate.outputs import log_wandb, print_metrics, write_cell_files
 from densex.pipelines.evaluate.retrieval_files import write_retrieval_files
+from densex.pipelines.plan.run import planned_disk_bytes
 from densex.pipelines.propositions.run import run as run_propositions
 from densex.utils.distributed import global_rank
 from densex.utils.integrity import configure as configure_cache
 from densex.utils.integrity import remove_orphans
+from densex.utils.io import disk_full_reported
 from densex.utils.logging import get_logger
 
 log = get_logger(__name__)
@@ -57,6 +59,13 @@ def run(cfg: DictConfig) -> float:
         return run_propositions(cfg)
 
     configure_cache(cfg.get("cache"))  # verification / shard-size policy for this process
+    # a full disk ends in one line: the file, the planner's estimate and the space free
+    with disk_full_reported(cfg.paths.cache_dir, lambda: planned_disk_bytes(cfg)):
+        return _run_cell(cfg)
+
+
+def _run_cell(cfg: DictConfig) -> float:
+    """`run`'s retrieval cell: units, searcher, search, metrics, the run dir's files."""
     t_start = time.perf_counter()
     out_dir = Path(cfg.paths.output_dir)
     out_dir.mkdir(parents=True, exist_ok=True)

@@ -22,6 +22,7 @@ from densex.pipelines.index.units import build_corpus_units, generates_propositi
 from densex.retrieval.spec import RetrieverSpec
 from densex.utils.distributed import global_rank
 from densex.utils.integrity import configure
+from densex.utils.io import disk_full_reported
 from densex.utils.logging import get_logger
 
 log = get_logger(__name__)
@@ -46,6 +47,21 @@ def run(cfg: DictConfig) -> None:
 
         run_plan(cfg)
         return None
+    # a full disk ends in one line: the file, the planner's estimate and the space free
+    with disk_full_reported(cfg.paths.cache_dir, lambda: _planned_bytes(cfg)):
+        _run_stages(cfg, stage)
+    return None
+
+
+def _planned_bytes(cfg: DictConfig) -> int | None:
+    """The planner's estimate of this (corpus, granularity)'s cache artifacts."""
+    from densex.pipelines.plan.run import planned_disk_bytes  # torch: only when the disk is full
+
+    return planned_disk_bytes(cfg)
+
+
+def _run_stages(cfg: DictConfig, stage: str) -> None:
+    """The artifacts of `stage` (and the stages it needs), built or reused."""
     files = build_corpus_units(cfg, with_generated=generates_propositions(cfg))
     print_unit_stats(files, str(cfg.corpus.get("name", "corpus")))
     if stage in ("units", "propositions"):

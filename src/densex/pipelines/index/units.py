@@ -18,6 +18,7 @@ from densex.propositionizer.output import manifest_path
 from densex.utils.cache import artifact_dir, content_key, hash_file
 from densex.utils.integrity import handle_damage, remove_orphans, verify_files
 from densex.utils.io import DataError, read_json
+from densex.utils.locks import build_once
 from densex.utils.logging import get_logger
 from densex.utils.models import resolve_model
 
@@ -67,12 +68,21 @@ def generated_propositions(cfg: DictConfig, passages_path: Path) -> Path:
 
     path = generated_propositions_path(cfg, passages_path)
     remove_orphans(path.parent)
-    if path.exists() and _propositions_intact(path):
+
+    def reuse() -> Path | None:
+        return path if path.exists() and _propositions_intact(path) else None
+
+    if reuse() is not None:
         log.info("propositions cached at %s", path)
         return path
-    # ddp: every rank generates its shards, rank 0 merges; all return after the merge (barrier)
-    generate_propositions(passages_path, cfg.propositionizer, path, cfg.get("trainer"))
-    return path
+
+    def generate() -> Path:
+        # ddp: every rank generates its shards, rank 0 merges; all return after the merge
+        return generate_propositions(passages_path, cfg.propositionizer, path, cfg.get("trainer"))
+
+    if str(cfg.propositionizer.get("type", "model")) == "model":
+        return generate()  # its shards are claimed one by one and merged under the lock
+    return build_once(path, "propositions", reuse, generate)  # the teacher: one at a time
 
 
 def _propositions_intact(path: Path) -> bool:

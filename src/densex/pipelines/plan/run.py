@@ -28,7 +28,7 @@ from densex.pipelines.plan.tables import print_plan
 from densex.retrieval.spec import IndexSpec
 from densex.utils.config import plain_data
 
-__all__ = ["plan", "run_plan"]
+__all__ = ["plan", "planned_disk_bytes", "run_plan"]
 
 
 def factoid_wiki_units(corpus: Mapping[str, Any]) -> dict[str, dict]:
@@ -82,3 +82,17 @@ def run_plan(cfg: DictConfig) -> list[dict[str, Any]]:
     _, dim_source = retriever_dim(cfg.retriever)
     print_plan(rows, str(cfg.retriever.get("name")), dim_source)
     return rows
+
+
+def planned_disk_bytes(cfg: DictConfig) -> int | None:
+    """The planner's estimate of the cache bytes a cell of cfg needs: the units of every
+    granularity the corpus builds (the units stage writes them all) + the cell granularity's
+    fp16 embeddings and exact fp32 index (its `disk_total_bytes` is units + those two; units
+    alone for BM25); None for a granularity the planner has no row for (a fused cell)."""
+    label = str(cfg.corpus.get("name") or "corpus")
+    rows = [row for row in plan(cfg) if row["corpus"] == label]
+    cell = [row for row in rows if row["granularity"] == str(cfg.granularity.name)]
+    if not cell:
+        return None
+    others = sum(row["units_bytes"] for row in rows if row is not cell[0])
+    return int(cell[0]["disk_total_bytes"] + others)
