@@ -16,6 +16,7 @@ import numpy as np
 
 from densex.corpus.readers import Skips, read_passages
 from densex.corpus.units import build_units
+from densex.pipelines.compose import group_config
 from densex.pipelines.train import checkpoints as train_checkpoints
 from densex.pipelines.train import run as train
 from densex.pipelines.train import setup as train_setup
@@ -57,12 +58,7 @@ def main() -> None:
     read_passages(q, s)
     print("wrong types ->", s.examples)
 
-    corpus = {
-        "name": "demo",
-        "passages": str(DEMO / "passages.jsonl"),
-        "propositions": str(DEMO / "propositions.jsonl"),
-        "segmentation": {"spacy_model": ""},
-    }
+    corpus = group_config("corpus", "demo", "corpus.segmentation.spacy_model=")
     f = build_units(corpus, tmp / "u")
     good = f["passage"].read_bytes()
     f["passage"].write_bytes(b"".join(good.splitlines(keepends=True)[:40]))

@@ -1,0 +1,59 @@
+"""Every benchmark runs at a tiny size, as a user would start it (a fresh process), so none can
+rot unnoticed: each composes its config the way the entry scripts do, and its output says what
+it measured. Figures are never asserted (they live in the benchmarks' printed ratios)."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+from helpers.env import REPO, subprocess_env
+
+
+def run_benchmark(script: str, *args: str, timeout: int = 300) -> str:
+    """stdout of `benchmarks/<script> args` (stderr shown when it fails)."""
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "benchmarks" / script), *args],
+        cwd=REPO, env=subprocess_env(), capture_output=True, text=True, timeout=timeout,
+    )  # fmt: skip
+    assert proc.returncode == 0, f"{script} failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}"
+    return proc.stdout
+
+
+def test_encode_throughput_composes_the_retriever_group(squad_open: Path) -> None:
+    # the group YAML has `defaults: [schema, _self_]`: loading it directly failed
+    out = run_benchmark("encode_throughput.py", "--n", "12", "--batch-size", "4",
+                        "retriever.max_length=64")  # fmt: skip
+    assert re.search(r"densex encode_units_to_dir: 12 units in [\d.]+s", out)
+    assert re.search(r"ratio densex/ST \(encode stage\): [\d.]+", out)
+
+
+def test_hash_retriever_benchmark(squad_open: Path) -> None:
+    out = run_benchmark("hash_retriever.py", "--dims", "64", "--questions", "10", "--ks", "5")
+    assert re.search(r"dim 64: [\d,]+ units/CPU-s", out)
+    assert re.search(r"dim 64: recall @5 [01]\.\d{3}", out)
+
+
+def test_set_f1_benchmark(squad_open: Path) -> None:
+    out = run_benchmark("set_f1_bench.py", "--passages", "2")
+    assert re.search(r"one call/passage .* ratio +[\d.]+x +max \|dF1\| ", out)
+
+
+def test_fault_table_benchmark() -> None:
+    out = run_benchmark("fault_table.py")
+    assert "truncated units -> 51 lines after reuse" in out
+    assert "weights_only=False in train.py -> False" in out
+
+
+def test_propositionizer_probe(squad_open: Path) -> None:
+    out = run_benchmark(
+        "propositionizer_probe.py", "--steps", "1", "--batch", "2", "--held-out", "2", "3e-4@1"
+    )
+    assert re.search(r"3e-4 +1 +bf16 +random +[\d.]+ +[\d.]+ +[\d.]+", out)
+
+
+def test_scale_benchmark(tmp_path: Path) -> None:
+    out = run_benchmark("scale.py", "--units", "800", "--work", str(tmp_path))
+    assert re.search(r"\| 800 \| evaluate.py \(hash\) \| [\d.]+ \| \d+ \|", out)
