@@ -165,11 +165,13 @@ class IndexSpec:
     # CPU RAM an index may hold at once: a bigger index is cut into shards of at most this
     # size, written as they are built and searched memory-mapped, one shard at a time
     memory_budget_gb: float = 1.0
-    # faiss's `distance_compute_blas_threshold` (null = the build's default): query batches of
-    # at least this many go through BLAS, the rest through faiss's own SIMD loops. This
-    # faiss-cpu build defaults to 128000 (never, in practice); 20 (faiss's classic value) made
-    # exact search ~14x faster on a 2-core AVX-512 CPU, scores differing in the 5th decimal
-    blas_threshold: int | None = None
+    # faiss's `distance_compute_blas_threshold`: query batches of at least this many go through
+    # BLAS (one GEMM per block of queries x rows, then the top-k), smaller ones through faiss's
+    # own SIMD loops. Exact either way (scores differ in the 6th decimal; ties are broken by
+    # row in `retrieval.search`). 20 is faiss's classic rule; this faiss-cpu build's own
+    # default (null keeps it: 128000) sends every batch to the SIMD loops, 13x slower at 4M
+    # units on a 2-core AVX-512 CPU (README, "Millions of units")
+    blas_threshold: int | None = 20
 
     @classmethod
     def from_cfg(cls, cfg: Mapping[str, Any] | None) -> IndexSpec:
