@@ -57,3 +57,15 @@ def test_propositionizer_probe(squad_open: Path) -> None:
 def test_scale_benchmark(tmp_path: Path) -> None:
     out = run_benchmark("scale.py", "--units", "800", "--work", str(tmp_path))
     assert re.search(r"\| 800 \| evaluate.py \(hash\) \| [\d.]+ \| \d+ \|", out)
+
+
+def test_peers_benchmark(squad_open: Path) -> None:
+    out = run_benchmark("peers.py", "--n", "12", "--questions", "6", "--search-units", "3000",
+                        "--queries", "40", "--square", "6")  # fmt: skip
+    for runtime in ("torch", "onnx", "openvino", "onnx-int8"):
+        assert re.search(rf"densex +{runtime} +[\d.]+ units/s +\d+ tokens/s per core", out)
+        assert re.search(rf"densex {runtime} +R@5 +[\d.]+ +R@20", out)
+    assert re.search(r"sentence-transformers +torch +[\d.]+ units/s", out)
+    assert re.search(r"search: densex / faiss IndexFlatIP defaults = [\d.]+x", out)
+    assert re.search(r"set-F1 6x6: densex / bert-score best = [\d.]+x", out)
+    assert re.search(r"encode: densex best / sentence-transformers best = \d+\.\d\dx\n$", out)
