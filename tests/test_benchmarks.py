@@ -69,3 +69,17 @@ def test_peers_benchmark(squad_open: Path) -> None:
     assert re.search(r"search: densex / faiss IndexFlatIP defaults = [\d.]+x", out)
     assert re.search(r"set-F1 6x6: densex / bert-score best = [\d.]+x", out)
     assert re.search(r"encode: densex best / sentence-transformers best = \d+\.\d\dx\n$", out)
+
+
+def test_gpu_script_runs_at_toy_shapes_on_cpu() -> None:
+    proc = subprocess.run(
+        ["bash", str(REPO / "benchmarks" / "gpu.sh"), "--tiny"], cwd=REPO, capture_output=True,
+        text=True, timeout=300, env=subprocess_env(PYTHON=sys.executable),
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    out = proc.stdout
+    assert re.search(r"encode MiniLM-L6 \(packaged weights\) bfloat16: [\d,]+ units/s", out)
+    assert re.search(r"encode GTR-base-shaped T5 encoder \(random\) bfloat16: [\d,]+ units/s", out)
+    assert re.search(r"search .*: 2,000 x 32 vectors, 16 queries, top-100: [\d,]+ queries/s", out)
+    assert re.search(r"train toy T5: [\d.]+M parameters, batch 2 .* [\d,]+ tokens/s.* MFU", out)
+    assert "gpu benchmark done" in out
