@@ -57,6 +57,8 @@ def test_propositionizer_probe(squad_open: Path) -> None:
 def test_scale_benchmark(tmp_path: Path) -> None:
     out = run_benchmark("scale.py", "--units", "800", "--work", str(tmp_path))
     assert re.search(r"\| 800 \| evaluate.py \(hash\) \| [\d.]+ \| \d+ \|", out)
+    # memory sampled by phase: anonymous + mapped MB of encode, index build, search
+    assert re.search(r"peak MB anon\+mapped: encode \d+\+\d+ build \d+\+\d+ search \d+\+\d+", out)
 
 
 def test_peers_benchmark(squad_open: Path) -> None:
