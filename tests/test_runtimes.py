@@ -116,3 +116,24 @@ def test_cache_keys_keep_runtimes_apart(tmp_path) -> None:
 def test_bad_runtime_settings_fail_naming_the_key(overrides, message, tmp_path) -> None:
     with pytest.raises(ValueError, match=message):
         minilm(tmp_path, *overrides)
+
+
+@pytest.mark.parametrize("pooling", ["pooler", "cls", "mean"])
+def test_hf_models_export_too(pooling, tmp_path, minilm_path, passages) -> None:
+    """The paper retrievers' path (backend hf): DPR-style (title, text) pairs with token type
+    ids, pooler / CLS / masked-mean pooling, dot product; a tiny random BERT stands in."""
+    from transformers import AutoTokenizer, BertConfig, BertModel
+
+    model_dir = tmp_path / "tiny-bert"
+    tok = AutoTokenizer.from_pretrained(minilm_path)
+    config = BertConfig(vocab_size=tok.vocab_size, hidden_size=32, num_hidden_layers=2,
+                        num_attention_heads=2, intermediate_size=64, max_position_embeddings=128)  # fmt: skip
+    torch.manual_seed(0)
+    BertModel(config).save_pretrained(model_dir)
+    tok.save_pretrained(model_dir)
+    base = {"name": "tiny", "query_model": str(model_dir), "pooling": pooling, "title": "pair",
+            "max_length": 64, "device": "cpu", "export_dir": str(tmp_path / "exports")}  # fmt: skip
+    want = encode(RetrieverSpec.from_cfg(base), passages)
+    got = encode(RetrieverSpec.from_cfg({**base, "runtime": "onnx"}), passages)
+    np.testing.assert_allclose(got[0], want[0], atol=1e-5)
+    np.testing.assert_allclose(got[1], want[1], atol=1e-5)
