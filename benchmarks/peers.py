@@ -147,6 +147,8 @@ def recall_section(ours: dict, passages: list[dict], questions: list[dict], args
             base = base or (r5, r20)
             print(f"  densex {name + suffix:<28} R@5 {r5:5.1f}  R@20 {r20:5.1f}  "
                   f"(vs torch {r5 - base[0]:+.2f} / {r20 - base[1]:+.2f} pt)")  # fmt: skip
+            if not suffix:
+                r["r5_loss"] = base[0] - r5
 
 
 def search_section(args) -> None:
@@ -227,9 +229,14 @@ def main() -> None:
         scorer = SetF1Scorer("packaged:minilm", num_layers=6, lang=None)
         scorer.score(rows[:1], rows[1:2])  # warm-up
         square(scorer, rows[100:], args.square, [64, 256, 1024])
-    best = max(r["rate"] for r in ours.values())
-    st_best = max(r["rate"] for r in theirs.values() if "error" not in r)
-    print(f"encode: densex best / sentence-transformers best = {best / st_best:.2f}x")
+    # densex's best runtime among those within 0.3 pt of the torch path's squad-open R@5
+    eligible = {n: r for n, r in ours.items() if r.get("r5_loss", 0.0) <= 0.3}
+    best = max(eligible, key=lambda n: eligible[n]["rate"])
+    st_best = max((n for n in theirs if "error" not in theirs[n]), key=lambda n: theirs[n]["rate"])
+    print(f"\ndensex best: {best} (R@5 within 0.3 pt of torch); sentence-transformers best: "
+          f"{st_best} (its other backends: see 1.)")  # fmt: skip
+    ratio = eligible[best]["rate"] / theirs[st_best]["rate"]
+    print(f"encode: densex best / sentence-transformers best = {ratio:.2f}x")
 
 
 if __name__ == "__main__":

@@ -1,5 +1,5 @@
 """Encoder runtimes besides torch: the whole encoder exported once to ONNX, run by onnxruntime
-(fp32 or dynamic int8) or OpenVINO (fp32).
+(fp32 or dynamic int8, weights per channel) or OpenVINO (fp32).
 
 `retriever.runtime=onnx|openvino` (`retriever.quantize=none|int8`) runs the document and query
 encoders through an exported graph of the *same* torch forward (`TextEncoder.torch_forward`:
@@ -109,6 +109,7 @@ def export_encoder(
         import onnxruntime
 
         parts["onnxruntime"] = onnxruntime.__version__
+        parts["int8"] = "dynamic, QInt8 weights per channel"
     out = artifact_dir(export_dir, name, key=content_key(**parts))
     file = "model.onnx"
     if (out / "manifest.json").exists():
@@ -124,7 +125,11 @@ def export_encoder(
         if quantize == "int8":
             from onnxruntime.quantization import QuantType, quantize_dynamic
 
-            quantize_dynamic(tmp / "fp32.onnx", tmp / file, weight_type=QuantType.QInt8)
+            # int8 weights per output channel (per-tensor scales lost 1.3 pt of squad-open
+            # R@5: min cosine 0.83 to fp32, vs 0.987 per channel), uint8 activations
+            quantize_dynamic(
+                tmp / "fp32.onnx", tmp / file, weight_type=QuantType.QInt8, per_channel=True
+            )
             (tmp / "fp32.onnx").unlink()
         else:
             (tmp / "fp32.onnx").rename(tmp / file)
