@@ -50,3 +50,40 @@ def test_flat_shards_built_in_place_equal_faiss_add(tmp_path) -> None:
         ref = faiss.IndexFlatIP(16)
         ref.add(vectors[a:b])
         assert faiss.serialize_index(shard).tobytes() == faiss.serialize_index(ref).tobytes()
+
+
+def test_index_build_holds_one_shard_at_a_time(tmp_path) -> None:
+    """build_index_to_dir over memory-mapped vectors: the anonymous memory the build adds stays
+    near one shard (it was two: `enumerate` kept the written shard while the next was made)."""
+    import re
+    import threading
+
+    from densex.retrieval.faiss_index import build_index_to_dir
+
+    def anon_mb() -> float:
+        with open("/proc/self/status") as f:
+            text = f.read()
+        return int(re.search(r"RssAnon:\s+(\d+)", text).group(1)) / 1024
+
+    n, d = 400_000, 64  # 102 MB of vectors, four shards of 25.6 MB under a 25.6 MB budget
+    vectors = np.memmap(tmp_path / "v.f32", dtype=np.float32, mode="w+", shape=(n, d))
+    vectors[:] = 1.0
+    vectors.flush()
+    vectors = np.memmap(tmp_path / "v.f32", dtype=np.float32, mode="r", shape=(n, d))
+    shard_mb = n // 4 * d * 4 / 2**20
+    peak, done = [0.0], threading.Event()
+
+    def sample() -> None:
+        while not done.wait(0.002):
+            peak[0] = max(peak[0], anon_mb())
+
+    base = anon_mb()
+    sampler = threading.Thread(target=sample)
+    sampler.start()
+    spec = IndexSpec(use_gpu=False, memory_budget_gb=shard_mb / 1024)
+    index = build_index_to_dir(vectors, spec, tmp_path / "index")
+    done.set()
+    sampler.join()
+    assert len(index.paths) == 4
+    # one shard + one 65,536-row block (16 MB) + slack; two shards would be 51 MB over
+    assert peak[0] - base < shard_mb + 16 + 8, (peak[0] - base, shard_mb)

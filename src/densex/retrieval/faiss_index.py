@@ -162,9 +162,13 @@ def build_index_to_dir(
     per_vector = max(1, int(getattr(template, "code_size", dim * 4)))
     bounds = shard_bounds(ntotal, shards_for_budget(ntotal, per_vector, spec))
     n_shards = len(bounds) - 1
-    for s, shard in enumerate(filled_shards(template, vectors, bounds)):
-        write_shard_index(shard, out / shard_file_name(s, n_shards))  # then released
-        del shard
+    # no `enumerate`: its reused result tuple would keep the written shard alive while the
+    # generator allocates the next one (two shards in memory instead of one)
+    shards = filled_shards(template, vectors, bounds)  # yields exactly n_shards
+    for s in range(n_shards):
+        shard = next(shards)
+        write_shard_index(shard, out / shard_file_name(s, n_shards))
+        del shard  # released before the next shard is allocated
     paths = [out / shard_file_name(s, n_shards) for s in range(n_shards)]
     ntotals = [bounds[s + 1] - bounds[s] for s in range(n_shards)]
     index = ShardedIndex([None] * n_shards, bounds[:-1], spec, paths, ntotals, dim)
