@@ -2,8 +2,10 @@
 
     .venv/bin/python benchmarks/encode_throughput.py --n 2000 --threads 1
     .venv/bin/python benchmarks/encode_throughput.py --retriever gtr --accelerator gpu --n 20000
+    .venv/bin/python benchmarks/encode_throughput.py retriever.runtime=onnx retriever.quantize=int8
 
-Prints both rates and their ratio (the cost or gain of Lightning + sharding + length sorting).
+Trailing arguments are Hydra overrides of the retriever group, composed as `index.py` composes
+them (`densex.pipelines.compose.group_config`). Prints both rates and their ratio (the cost or gain of Lightning + sharding + length sorting).
 Reads the first N squad-open passages from the shared data (never copied into the repo).
 """
 
@@ -32,6 +34,7 @@ def main() -> None:
     ap.add_argument("--devices", type=int, default=1)
     ap.add_argument("--shard-size", type=int, default=50_000)
     ap.add_argument("--skip-reference", action="store_true", help="only the densex encoder")
+    ap.add_argument("overrides", nargs="*", help="retriever overrides, e.g. retriever.runtime=onnx")
     ap.add_argument(
         "--data",
         default=os.environ.get("DENSEX_DATA_DIR", str(REPO.parent / "shared" / "data")),
@@ -39,15 +42,16 @@ def main() -> None:
     args = ap.parse_args()
 
     import torch
-    from omegaconf import OmegaConf
 
+    from densex.pipelines.compose import group_config
     from densex.retrieval.encode import encode_units_to_dir
     from densex.retrieval.encoders import build_retriever, format_units
     from densex.utils.io import read_jsonl, write_jsonl
 
     torch.set_num_threads(args.threads)
-    cfg = OmegaConf.load(REPO / "conf" / "retriever" / f"{args.retriever}.yaml")
-    cfg.batch_size = args.batch_size
+    cfg = group_config(
+        "retriever", args.retriever, f"retriever.batch_size={args.batch_size}", *args.overrides
+    )
     passages = Path(args.data) / "squad-open" / "passages.jsonl"
     units = [u for _, u in zip(range(args.n), read_jsonl(passages))]
     with tempfile.TemporaryDirectory() as tmp:

@@ -90,10 +90,11 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=15)
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--data-dir", type=Path, default=default / "squad-open")
+    ap.add_argument("--held-out", type=int, default=32, help="held-out pairs for the loss")
     args = ap.parse_args()
     pairs = load_pairs(args.data_dir)
     random.Random(0).shuffle(pairs)
-    held, train = pairs[:32], pairs[32:]
+    held, train = pairs[: args.held_out], pairs[args.held_out :]
     print(
         f"{'lr':>8} {'layers':>6} {'dtype':>5} {'xattn':>6} {'s/step':>7} {'train':>7} {'held-out':>8}"
     )

@@ -14,7 +14,9 @@ pages of memory-mapped files too):
     evaluate.py retriever=hash retriever.dim=256 granularity=proposition limit_questions=1000
                 retrieval_text=false  (encode -> faiss shards -> search -> recall, answer recall)
 
-It prints one row per (N, stage): wall time, peak RSS, units/s and evaluate's own breakdown,
+It prints one row per (N, stage): wall time, peak RSS, units/s and evaluate's own breakdown
+with, per phase of evaluate (encode, build = the index build after encoding, search, answers),
+the peak anonymous and mapped (file-backed) memory sampled from /proc/<pid>/status,
 then the growth exponents b of time ~ N^b and memory ~ N^b between consecutive sizes and over
 all (least squares on log-log). Linear time is b ~ 1; memory that does not grow is b ~ 0.
 Outputs land in --work (default .cache/scale); a size whose units are cached reuses them.
@@ -28,8 +30,10 @@ import os
 import re
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -40,6 +44,7 @@ ENV = {
     "TRANSFORMERS_OFFLINE": "1",
     "WANDB_MODE": "disabled",
     "TOKENIZERS_PARALLELISM": "false",
+    "PYTHONUNBUFFERED": "1",  # log lines reach the phase sampler as they are written
 }
 
 
@@ -99,20 +104,76 @@ def make_corpus(out: Path, n_units: int, n_questions: int = 1000, seed: int = 0)
     return out
 
 
-def timed(cmd: list[str], log: Path) -> dict[str, float]:
-    """Run `cmd` under /usr/bin/time -v; wall seconds and peak RSS (MB)."""
+# evaluate's log lines that open a phase (the sampler files each memory sample under the last)
+PHASES = [
+    (re.compile(r"encoding [\d,]+ units"), "encode"),
+    (re.compile(r"predict: .* in \d+:\d\d"), "build"),  # encoding's closing line
+    (re.compile(r"searcher over"), "search"),
+    (re.compile(r"answers in passages"), "answers"),
+]
+
+
+def _descendants(pid: int) -> list[int]:
+    """`pid`'s child processes, recursively (from /proc/<pid>/task/*/children)."""
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        for task in Path(f"/proc/{p}/task").glob("*"):
+            try:
+                kids = [int(c) for c in (task / "children").read_text().split()]
+            except OSError:
+                continue
+            out += kids
+            todo += kids
+    return out
+
+
+def _rss_kb(pid: int) -> tuple[int, int]:
+    """(RssAnon, RssFile + RssShmem) of `pid` in kB; (0, 0) once it is gone."""
+    try:
+        text = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return 0, 0
+    kb = {k: int(v) for k, v in re.findall(r"^(Rss\w+):\s+(\d+) kB", text, re.M)}
+    return kb.get("RssAnon", 0), kb.get("RssFile", 0) + kb.get("RssShmem", 0)
+
+
+def timed(cmd: list[str], log: Path) -> dict[str, Any]:
+    """Run `cmd` under /usr/bin/time -v; wall seconds, peak RSS (MB) and, sampled every 0.1 s
+    from /proc/<pid>/status over the command's processes, the peak anonymous and file-backed
+    (mapped) memory of each phase its log opens (`PHASES`)."""
     t0 = time.perf_counter()
+    proc = subprocess.Popen(
+        ["/usr/bin/time", "-v", *cmd], cwd=REPO, stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT, text=True, env={**os.environ, **ENV},
+    )  # fmt: skip
+    phase, peaks, done = ["start"], {}, threading.Event()
+
+    def sample() -> None:
+        while not done.wait(0.1):
+            pids = _descendants(proc.pid)
+            anon, mapped = map(sum, zip((0, 0), *(_rss_kb(p) for p in pids)))
+            peak = peaks.setdefault(phase[0], [0, 0, 0])
+            peak[:] = [max(peak[0], anon), max(peak[1], mapped), max(peak[2], anon + mapped)]
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
     with open(log, "w") as f:
-        proc = subprocess.run(
-            ["/usr/bin/time", "-v", *cmd], cwd=REPO, stdout=f, stderr=subprocess.STDOUT,
-            env={**os.environ, **ENV},
-        )  # fmt: skip
+        for line in proc.stdout:
+            f.write(line)
+            for pattern, name in PHASES:
+                if pattern.search(line):
+                    phase[0] = name
+    proc.wait()
+    done.set()
+    sampler.join()
     wall = time.perf_counter() - t0
     text = log.read_text()
     if proc.returncode != 0:
         sys.exit(f"{' '.join(cmd[:2])} failed (rc {proc.returncode}); see {log}")
     rss_kb = int(re.search(r"Maximum resident set size \(kbytes\): (\d+)", text).group(1))
-    return {"wall_s": wall, "rss_mb": rss_kb / 1024}
+    mb = {k: [round(v / 1024) for v in p] for k, p in peaks.items()}
+    return {"wall_s": wall, "rss_mb": rss_kb / 1024, "phases_mb": mb}
 
 
 def overrides(corpus: Path, work: Path, n: int) -> list[str]:
@@ -146,11 +207,15 @@ def run_size(n: int, work: Path, extra: list[str]) -> list[dict]:
     )  # fmt: skip
     row = json.loads((out_dir / "results.jsonl").read_text().splitlines()[0])
     parts = {k[5:-2]: row[k] for k in row if k.startswith("time_") and k != "time_total_s"}
+    memory = " ".join(
+        f"{k} {a}+{m}" for k, (a, m, _) in evaluate["phases_mb"].items() if k != "start"
+    )
     return [
         {"N": n, "stage": "index.py stage=units", **units, "detail": ""},
         {"N": n, "stage": "evaluate.py (hash)", **evaluate,
          "detail": " ".join(f"{k} {v:.0f}s" for k, v in parts.items())
-         + f" | R@20 {row.get('recall@20', float('nan')):.1f}"},
+         + f" | R@20 {row.get('recall@20', float('nan')):.1f}"
+         + f" | peak MB anon+mapped: {memory}"},
     ]  # fmt: skip
 
 

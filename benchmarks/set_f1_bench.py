@@ -2,8 +2,13 @@
 
     python benchmarks/set_f1_bench.py                      # 20 squad-open passages, MiniLM, CPU
     python benchmarks/set_f1_bench.py --model roberta-large --num-layers 17 --passages 50
+    python benchmarks/set_f1_bench.py --square 100          # one 100 x 100 set pair only
 
-Predictions are the gold propositions perturbed (every third dropped, light rewording, one
+`--square N` (default 100; 0 skips it) first scores one set pair of N predicted x N gold
+propositions (N squad-open propositions against the perturbed first 1.5 N, cut to N) with densex
+and with bert-score's own batching (`BERTScorer.score` over all N x N pairs in one call, at
+each batch size of `--bs-batch-sizes`, the best kept) and prints
+`set-F1 NxN: densex / bert-score best = R.RRx` with the largest |dF1|. Predictions are the gold propositions perturbed (every third dropped, light rewording, one
 unrelated proposition added), so the scores are realistic rather than all 1.0. Prints the
 wall time of each method, the speed-up and the largest per-passage difference in set-F1.
 """
@@ -43,6 +48,30 @@ def per_passage_bert_score(bert, preds, golds) -> list[tuple[float, float, float
     return out
 
 
+def square(scorer: SetF1Scorer, golds: list[list[str]], n: int, batch_sizes: list[int]) -> None:
+    """One n x n set pair: densex vs bert-score's one call over all pairs, best batch size."""
+    flat = [p for g in golds for p in g]
+    # gold: n propositions; predictions: the first 1.5 n perturbed (a third dropped), cut to n
+    gold, preds = flat[:n], perturb(flat[: n + n // 2 + 1])[:n]
+    t = time.perf_counter()
+    ours = scorer.score([preds], [gold]).per_passage[0]
+    t_ours = time.perf_counter() - t
+    best, best_bs, ref = float("inf"), 0, None
+    cands, refs = [a for a in preds for _ in gold], [b for _ in preds for b in gold]
+    for bs in batch_sizes:
+        t = time.perf_counter()
+        _, _, f = scorer.bert.score(cands, refs, batch_size=bs)
+        dt = time.perf_counter() - t
+        print(f"  bert-score one call, batch_size {bs:5d}: {dt:8.2f} s")
+        if dt < best:
+            best, best_bs, ref = dt, bs, set_scores(f.view(len(preds), len(gold)))
+    print(f"  densex: {t_ours:8.2f} s (bert-score best: batch_size {best_bs})")
+    print(
+        f"set-F1 {len(preds)}x{len(gold)}: densex / bert-score best = {best / t_ours:.2f}x"
+        f"   |dF1| {abs(ours['f1'] - ref[2]):.2e}"
+    )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument(
@@ -52,18 +81,23 @@ def main() -> None:
     ap.add_argument("--model", default="packaged:minilm")
     ap.add_argument("--num-layers", type=int, default=6)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--square", type=int, default=100, help="N of the N x N case; 0 = skip")
+    ap.add_argument("--bs-batch-sizes", type=int, nargs="+", default=[64, 256, 1024])
     args = ap.parse_args()
     path = Path(args.data) / "squad-open" / "propositions.jsonl"
     if not path.exists():
         sys.exit(f"squad-open propositions not found at {path} (set DENSEX_DATA_DIR)")
     torch.set_num_threads(args.threads)
     with path.open(encoding="utf-8") as f:
-        golds = [json.loads(next(f))["propositions"] for _ in range(args.passages)]
+        rows = [json.loads(line)["propositions"] for line in f]
+    golds = rows[: args.passages]
     preds = [perturb(g) for g in golds]
     n_pairs = sum(len(p) * len(g) for p, g in zip(preds, golds))
 
     scorer = SetF1Scorer(args.model, num_layers=args.num_layers, lang=None)
     scorer.score(preds[:1], golds[:1])  # warm-up
+    if args.square:
+        square(scorer, rows[100:], args.square, args.bs_batch_sizes)
 
     t = time.perf_counter()
     ours = scorer.score(preds, golds)

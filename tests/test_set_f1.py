@@ -114,3 +114,21 @@ def test_set_scores_edge_cases():
 def test_length_mismatch_is_an_error(scorer):
     with pytest.raises(ValueError, match="predictions"):
         scorer.score([["a"]], [])
+
+
+def test_square_set_pair_equals_bert_score_to_1e6(scorer, squad_open):
+    """A 30 x 30 set pair (real propositions of several passages): every pairwise F1 and the
+    set scores equal bert-score's own, scored pair by pair (batch_size=1: no padding), to 1e-6
+    (`benchmarks/set_f1_bench.py --square 100` times the 100 x 100 case against its batching)."""
+    with (squad_open / "propositions.jsonl").open(encoding="utf-8") as f:
+        flat = [p for _, line in zip(range(12), f) for p in json.loads(line)["propositions"]]
+    golds, preds = flat[:30], perturb(flat[:46])[:30]
+    cache = scorer.embed(preds + golds, scorer._idf_dict(golds))
+    ours = scorer.pairwise(preds, golds, cache)
+    cands, refs = [a for a in preds for _ in golds], [b for _ in preds for b in golds]
+    ref = scorer.bert.score(cands, refs, batch_size=1)[2].view(len(preds), len(golds))
+    assert torch.allclose(ours, ref, rtol=0, atol=1e-6), (ours - ref).abs().max()
+    result = scorer.score([preds], [golds]).per_passage[0]
+    for got, want in zip((result["precision"], result["recall"], result["f1"]), set_scores(ref)):
+        assert got == pytest.approx(want, abs=1e-6)
+    assert 0.5 < result["f1"] < 0.99

@@ -144,6 +144,8 @@ def load_or_build_searcher(
         return _load_or_build_bm25(units_path, retriever_cfg, cache_dir)
 
     spec = RetrieverSpec.from_cfg(retriever_cfg)
+    if spec.export_dir is None:  # exported encoders (runtime onnx/openvino) beside the rest
+        spec = dataclasses.replace(spec, export_dir=str(Path(cache_dir) / "exports"))
     shard_size = shard_size or default_shard_size(units_path)
     emb_dir = embeddings_dir(units_path, spec, cache_dir, shard_size)
     # verified (size + hash per shard) before reuse; damaged shards alone are re-encoded

@@ -5,7 +5,8 @@ same spec drives encoding, caching (its fields are part of the cache key) and qu
 `TextEncoder` is the torch module Lightning runs in `Trainer.predict`; `DenseRetriever` pairs a
 query and a document encoder (loaded lazily: a searcher only needs the query side).
 `type: hash` (`retrieval.hashing.HashEncoder`) has the same interface without a model;
-`load_encoder` gives either for one side.
+`load_encoder` gives either for one side. `retriever.runtime=onnx|openvino` runs the same forward
+exported to ONNX (`retrieval.runtimes`); tokenisation stays here, shared by every runtime.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import torch
 from torch import nn
 
 from densex.retrieval.hashing import HashEncoder
+from densex.retrieval.runtimes import ExportedEncoder, exported_encoder
 from densex.retrieval.spec import RetrieverSpec
 from densex.utils.models import resolve_model
 
@@ -25,7 +27,7 @@ from densex.utils.models import resolve_model
 AUTOCAST_DTYPES = {"bf16-mixed": torch.bfloat16, "16-mixed": torch.float16}
 
 
-def _load_hf_model(path: str) -> nn.Module:
+def _load_hf_model(path: str, **kwargs: Any) -> nn.Module:
     """AutoModel, except DPR checkpoints whose class (question/context) is in `architectures`.
 
     AutoModel maps every `dpr` config to DPRQuestionEncoder, which would silently load a context
@@ -37,12 +39,12 @@ def _load_hf_model(path: str) -> nn.Module:
     arch = (getattr(config, "architectures", None) or [""])[0]
     if config.model_type == "dpr":
         cls = DPRContextEncoder if arch == "DPRContextEncoder" else DPRQuestionEncoder
-        return cls.from_pretrained(path)
+        return cls.from_pretrained(path, **kwargs)
     if config.model_type == "t5":
         from transformers import T5EncoderModel
 
-        return T5EncoderModel.from_pretrained(path)
-    return AutoModel.from_pretrained(path)
+        return T5EncoderModel.from_pretrained(path, **kwargs)
+    return AutoModel.from_pretrained(path, **kwargs)
 
 
 def masked_mean(hidden: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -52,24 +54,33 @@ def masked_mean(hidden: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
 
 
 class TextEncoder(nn.Module):
-    """Tokenised batch -> pooled (and, for cosine, L2-normalised) float32 embeddings."""
+    """Tokenised batch -> pooled (and, for cosine, L2-normalised) float32 embeddings.
+
+    With `spec.runtime` onnx/openvino, `forward` runs `torch_forward` exported to ONNX (the
+    model loaded with eager attention, which the tracer exports exactly); `exported` is None
+    for torch."""
 
     def __init__(self, model_path: str, spec: RetrieverSpec, max_length: int | None) -> None:
         super().__init__()
         self.spec = spec
         path = resolve_model(model_path)
+        # the tracer bakes sdpa's mask handling into fixed shapes; eager attention exports exactly
+        kwargs = {"attn_implementation": "eager"} if spec.runtime != "torch" else {}
         if spec.backend == "sentence-transformers":
             from sentence_transformers import SentenceTransformer
 
-            self.model: nn.Module = SentenceTransformer(path, device="cpu")
+            self.model: nn.Module = SentenceTransformer(path, device="cpu", model_kwargs=kwargs)
             self.tokenizer = self.model.tokenizer
         else:
             from transformers import AutoTokenizer
 
-            self.model = _load_hf_model(path)
+            self.model = _load_hf_model(path, **kwargs)
             self.tokenizer = AutoTokenizer.from_pretrained(path)
         self.model.eval()
         self.max_length = _resolve_max_length(self, max_length)
+        self.exported: ExportedEncoder | None = None
+        if spec.runtime != "torch":
+            self.exported = exported_encoder(self, path)
 
     def tokenize(self, texts: Sequence[str] | Sequence[tuple[str, str]]) -> dict[str, Any]:
         """Pairs `(title, text)` truncate only the text, as DPR/pyserini encode passages."""
@@ -93,6 +104,12 @@ class TextEncoder(nn.Module):
         )
 
     def forward(self, features: Mapping[str, Any]) -> torch.Tensor:
+        if self.exported is not None:
+            return self.exported(features)
+        return self.torch_forward(features)
+
+    def torch_forward(self, features: Mapping[str, Any]) -> torch.Tensor:
+        """The torch path: model, pooling, float32, L2 normalisation for cosine."""
         pooling = self.spec.pooling
         if pooling == "st":
             emb = self.model(dict(features))["sentence_embedding"]
@@ -256,7 +273,7 @@ def _share(other: TextEncoder, max_length: int | None) -> TextEncoder:
     enc = TextEncoder.__new__(TextEncoder)
     nn.Module.__init__(enc)
     enc.spec = other.spec
-    enc.model, enc.tokenizer = other.model, other.tokenizer
+    enc.model, enc.tokenizer, enc.exported = other.model, other.tokenizer, other.exported
     enc.max_length = _resolve_max_length(enc, max_length)
     return enc
 

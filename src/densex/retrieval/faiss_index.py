@@ -102,19 +102,41 @@ def build_index(vectors: Any, spec: IndexSpec | Mapping[str, Any] | None = None)
 def filled_shards(template: faiss.Index, vectors: Any, bounds: list[int]) -> Iterator[faiss.Index]:
     """Shard after shard (rows bounds[i]..bounds[i+1], each a clone of `template`), filled in
     one streamed pass over `vectors` and yielded as soon as it is full; an empty corpus gives
-    one empty shard."""
-    s, shard = 0, faiss.clone_index(template)
+    one empty shard. A flat (exact) shard is sized once and filled in place: its memory is the
+    shard's bytes, never the 2-3x of a growing vector's reallocations."""
+    flat = isinstance(faiss.downcast_index(template), faiss.IndexFlat)
+    s = 0
+    shard, view = _new_shard(template, bounds[1] - bounds[0], flat)
     for start, arr in iter_arrays(vectors):  # shards are contiguous row ranges
         pos = 0
         while pos < len(arr):
             take = min(len(arr) - pos, bounds[s + 1] - (start + pos))
-            shard.add(arr[pos : pos + take])
+            if view is not None:
+                at = start + pos - bounds[s]
+                view[at : at + take] = arr[pos : pos + take]
+            else:
+                shard.add(arr[pos : pos + take])
             pos += take
             if start + pos == bounds[s + 1]:
                 yield shard
-                s, shard = s + 1, faiss.clone_index(template)
+                s += 1
+                del shard, view  # released before the next shard is allocated
+                n_next = bounds[s + 1] - bounds[s] if s < len(bounds) - 1 else 0
+                shard, view = _new_shard(template, n_next, flat)
     if s < len(bounds) - 1:
         yield shard
+
+
+def _new_shard(template: faiss.Index, n: int, flat: bool) -> tuple[faiss.Index, np.ndarray | None]:
+    """An empty clone of `template`; a flat one pre-sized to `n` rows (ntotal = n) with a
+    writable float32 view [n, d] of its codes, else no view (filled by `add`)."""
+    shard = faiss.clone_index(template)
+    if not flat or n == 0:
+        return shard, None
+    shard.codes.resize(n * shard.code_size)
+    view = faiss.rev_swig_ptr(shard.codes.data(), n * shard.code_size)
+    shard.ntotal = n
+    return shard, view.view(np.float32).reshape(n, shard.d)
 
 
 def shards_for_budget(ntotal: int, bytes_per_vector: int, spec: IndexSpec) -> int:
@@ -140,9 +162,13 @@ def build_index_to_dir(
     per_vector = max(1, int(getattr(template, "code_size", dim * 4)))
     bounds = shard_bounds(ntotal, shards_for_budget(ntotal, per_vector, spec))
     n_shards = len(bounds) - 1
-    for s, shard in enumerate(filled_shards(template, vectors, bounds)):
-        write_shard_index(shard, out / shard_file_name(s, n_shards))  # then released
-        del shard
+    # no `enumerate`: its reused result tuple would keep the written shard alive while the
+    # generator allocates the next one (two shards in memory instead of one)
+    shards = filled_shards(template, vectors, bounds)  # yields exactly n_shards
+    for s in range(n_shards):
+        shard = next(shards)
+        write_shard_index(shard, out / shard_file_name(s, n_shards))
+        del shard  # released before the next shard is allocated
     paths = [out / shard_file_name(s, n_shards) for s in range(n_shards)]
     ntotals = [bounds[s + 1] - bounds[s] for s in range(n_shards)]
     index = ShardedIndex([None] * n_shards, bounds[:-1], spec, paths, ntotals, dim)

@@ -28,6 +28,8 @@ __all__ = ["MMAP_FLAGS", "ShardedIndex", "merge_top_n", "shard_file_name", "writ
 
 # memory-mapped reads: flat codes (IFC) and inverted lists (IVF) stay on disk until touched
 MMAP_FLAGS = faiss.IO_FLAG_MMAP_IFC | faiss.IO_FLAG_READ_ONLY
+# this faiss build's own BLAS threshold, what `index.blas_threshold=null` restores
+FAISS_BLAS_THRESHOLD = int(faiss.cvar.distance_compute_blas_threshold)
 
 
 class ShardedIndex:
@@ -111,8 +113,11 @@ class ShardedIndex:
         if n <= 0 or len(q) == 0 or self.ntotal == 0:
             return scores, rows
         bs = max(1, self.spec.search_batch_size)
-        if self.spec.blas_threshold is not None:
-            faiss.cvar.distance_compute_blas_threshold = int(self.spec.blas_threshold)
+        threshold = self.spec.blas_threshold
+        # process-wide in faiss: set for every search, so one index's setting never leaks
+        faiss.cvar.distance_compute_blas_threshold = int(
+            FAISS_BLAS_THRESHOLD if threshold is None else threshold
+        )
         for s_idx, off in enumerate(self.offsets):
             k = min(n, self.ntotals[s_idx])
             if k == 0:

@@ -25,9 +25,15 @@ PRECISIONS = ("32-true", "bf16-mixed", "16-mixed")
 # Keys that only change how queries are encoded: left out of the document-embedding cache key.
 QUERY_ONLY_KEYS = ("query_model", "query_max_length", "query_prefix")
 # Keys that change speed, never values: left out of every cache key.
-RUNTIME_KEYS = ("batch_size", "device")
+RUNTIME_KEYS = ("batch_size", "device", "export_dir")
 # Model keys a hash retriever never reads (no model, no truncation, always float32 counts).
-HASH_UNUSED_KEYS = ("backend", "pooling", "max_length", "query_max_length", "precision")
+HASH_UNUSED_KEYS = (
+    "backend", "pooling", "max_length", "query_max_length", "precision", "runtime", "quantize",
+)  # fmt: skip
+# What runs the encoder (`retrieval.runtimes`): torch, or the exported graph in onnxruntime /
+# OpenVINO; int8 = onnxruntime's dynamic quantisation (weights int8, activations uint8)
+RUNTIMES = ("torch", "onnx", "openvino")
+QUANTIZE = ("none", "int8")
 
 
 @dataclass
@@ -54,6 +60,11 @@ class RetrieverSpec:
     # what encoding runs in (not the trainer's precision): 32-true | bf16-mixed | 16-mixed
     precision: str = "32-true"
     device: str | None = None  # for query encoding / encode_units; None = cuda if available
+    # torch | onnx | openvino: the same forward, exported once to ONNX (`retrieval.runtimes`)
+    runtime: str = "torch"
+    quantize: str = "none"  # none | int8 (runtime onnx: onnxruntime dynamic int8)
+    # where exports are cached; None = <paths.cache_dir>/exports (set by retrieval.build)
+    export_dir: str | None = None
 
     def __post_init__(self) -> None:
         check_choices(
@@ -65,7 +76,10 @@ class RetrieverSpec:
             title=(self.title, TITLE_MODES),
             dtype=(self.dtype, DTYPES),
             precision=(self.precision, PRECISIONS),
+            runtime=(self.runtime, RUNTIMES),
+            quantize=(self.quantize, QUANTIZE),
         )
+        self._check_runtime()
         if (self.backend == "sentence-transformers") != (self.pooling == "st"):
             raise ValueError(
                 f"retriever {self.name!r}: pooling 'st' goes with backend 'sentence-transformers'"
@@ -85,6 +99,19 @@ class RetrieverSpec:
             if self.dim is not None:
                 raise ValueError(f"retriever {self.name!r}: dim is only for type hash")
 
+    def _check_runtime(self) -> None:
+        """int8 runs in onnxruntime only; exported graphs run in fp32 (no autocast)."""
+        if self.quantize == "int8" and self.runtime != "onnx" and self.type != "hash":
+            raise ValueError(
+                f"retriever {self.name!r}: quantize int8 needs runtime onnx (onnxruntime's "
+                f"dynamic int8), got runtime {self.runtime!r}"
+            )
+        if self.runtime != "torch" and self.precision != "32-true" and self.type != "hash":
+            raise ValueError(
+                f"retriever {self.name!r}: runtime {self.runtime!r} runs the exported fp32 graph;"
+                f" precision must be 32-true, got {self.precision!r}"
+            )
+
     @classmethod
     def from_cfg(cls, cfg: Mapping[str, Any]) -> RetrieverSpec:
         """From a Hydra node or dict; unknown keys are an error (a typo must not be ignored)."""
@@ -103,6 +130,8 @@ class RetrieverSpec:
         drop = RUNTIME_KEYS + (QUERY_ONLY_KEYS if side == "doc" else ())
         if self.dim is None:  # dense: the keys (and cached embeddings) from before `dim`
             drop += ("dim",)
+        if self.runtime == "torch" and self.quantize == "none":  # keys from before runtimes
+            drop += ("runtime", "quantize")
         if self.type == "hash":
             drop += HASH_UNUSED_KEYS
         return {k: v for k, v in data.items() if k not in drop}
@@ -136,11 +165,13 @@ class IndexSpec:
     # CPU RAM an index may hold at once: a bigger index is cut into shards of at most this
     # size, written as they are built and searched memory-mapped, one shard at a time
     memory_budget_gb: float = 1.0
-    # faiss's `distance_compute_blas_threshold` (null = the build's default): query batches of
-    # at least this many go through BLAS, the rest through faiss's own SIMD loops. This
-    # faiss-cpu build defaults to 128000 (never, in practice); 20 (faiss's classic value) made
-    # exact search ~14x faster on a 2-core AVX-512 CPU, scores differing in the 5th decimal
-    blas_threshold: int | None = None
+    # faiss's `distance_compute_blas_threshold`: query batches of at least this many go through
+    # BLAS (one GEMM per block of queries x rows, then the top-k), smaller ones through faiss's
+    # own SIMD loops. Exact either way (scores differ in the 6th decimal; ties are broken by
+    # row in `retrieval.search`). 20 is faiss's classic rule; this faiss-cpu build's own
+    # default (null keeps it: 128000) sends every batch to the SIMD loops, 13x slower at 4M
+    # units on a 2-core AVX-512 CPU (README, "Millions of units")
+    blas_threshold: int | None = 20
 
     @classmethod
     def from_cfg(cls, cfg: Mapping[str, Any] | None) -> IndexSpec:

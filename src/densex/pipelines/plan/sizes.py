@@ -54,6 +54,9 @@ def nlist_for(n: int) -> int:
     return max(1, min(int(4 * math.sqrt(max(n, 1))), n // 39))
 
 
+BUILD_BLOCK_ROWS = 65536  # rows of one streamed block of vectors in the index build
+
+
 def sizes(n: int, dim: int | None, bytes_per_unit: float, m: int = PQ_M) -> dict[str, float]:
     """Bytes of each artifact for n units at `dim` (see the module docstring)."""
     out = {"units": n * bytes_per_unit, "rows": n * 8.0}
@@ -92,11 +95,16 @@ def memory_needs(s: Mapping[str, float], budget_gb: float, gpus: int) -> dict[st
     disk of a dense index with the artifact sizes `s` (from `sizes`)."""
     index = s["flat_fp32"]
     shards = max(1, math.ceil(index / (budget_gb * GB)))
+    # the build holds one pre-sized index shard and one streamed block of fp32 vectors
+    # (`retrieval.faiss_index.iter_arrays`: 65,536 rows), beside the per-unit rows
+    n = s["rows"] / 8.0
+    block = min(n, BUILD_BLOCK_ROWS) * (s["emb_fp32"] / max(n, 1.0))
     return {
         "nlist": int(s["nlist"]),
         "ram_whole_bytes": index + s["rows"],
         "shards": shards,
         "ram_mmap_bytes": index / shards + s["rows"],
+        "ram_build_bytes": index / shards + block + s["rows"],
         "gpus": gpus,
         "gpu_fp32_bytes": s["flat_fp32"] / gpus + FAISS_GPU_TEMP_BYTES,
         "gpu_fp16_bytes": s["flat_fp16"] / gpus + FAISS_GPU_TEMP_BYTES,

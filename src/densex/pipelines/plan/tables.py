@@ -80,7 +80,7 @@ def needs_table(rows: list[dict[str, Any]]) -> Table:
             f" {rows[0]['memory_budget_gb']:g} GB/shard; {box['queries']:,} queries"
         )
     )
-    for col in ("corpus", "granularity", "disk", "RAM whole", "mmap shards (RAM)",
+    for col in ("corpus", "granularity", "disk", "RAM whole", "mmap shards (RAM)", "build RAM",
                 f"GPU/{gpus} fp32|fp16|PQ", "encode", "search CPU|GPU|PQ", "fits this machine"):  # fmt: skip
         left = col in ("corpus", "granularity", "fits this machine")
         need.add_column(col, justify="left" if left else "right")
@@ -94,6 +94,7 @@ def needs_table(rows: list[dict[str, Any]]) -> Table:
             _gb(r["disk_total_bytes"]),
             _gb(r["ram_whole_bytes"]),
             f"{r['shards']:,} ({_gb(r['ram_mmap_bytes'])})",
+            _gb(r["ram_build_bytes"]),
             f"{_gb(r['gpu_fp32_bytes'])}|{_gb(r['gpu_fp16_bytes'])}|{_gb(r['gpu_ivfpq_bytes'])}",
             encode,
             f"{_dur(r['search_cpu_s'])}|{_dur(r['search_gpu_s'])}|{_dur(r['search_ivfpq_s'])}",
@@ -128,7 +129,8 @@ def notes(rows: list[dict[str, Any]]) -> list[str]:
     if rows[0].get("dim"):
         out += [
             "disk = units + fp16 embedding shards + the Flat fp32 index; RAM whole = the fp32"
-            " index + 8 B/unit passage rows; mmap = one shard of index.memory_budget_gb + rows",
+            " index + 8 B/unit passage rows; mmap = one shard of index.memory_budget_gb + rows;"
+            " build = one shard (pre-sized, filled in place) + a 65,536-row fp32 block + rows",
             "encode on GPUs: assumed A100 bf16 throughput (~3,000 units/s for a 110M-parameter"
             " encoder at 128 tokens, scaled by tokens/unit); index.py stage=embed measures it",
             f"search CPU: max(read the fp32 index from disk at {DISK_BYTES_PER_SECOND / GB:g} GB/s"

@@ -1,0 +1,87 @@
+"""Every benchmark runs at a tiny size, as a user would start it (a fresh process), so none can
+rot unnoticed: each composes its config the way the entry scripts do, and its output says what
+it measured. Figures are never asserted (they live in the benchmarks' printed ratios)."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+from helpers.env import REPO, subprocess_env
+
+
+def run_benchmark(script: str, *args: str, timeout: int = 300) -> str:
+    """stdout of `benchmarks/<script> args` (stderr shown when it fails)."""
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "benchmarks" / script), *args],
+        cwd=REPO, env=subprocess_env(), capture_output=True, text=True, timeout=timeout,
+    )  # fmt: skip
+    assert proc.returncode == 0, f"{script} failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}"
+    return proc.stdout
+
+
+def test_encode_throughput_composes_the_retriever_group(squad_open: Path) -> None:
+    # the group YAML has `defaults: [schema, _self_]`: loading it directly failed
+    out = run_benchmark("encode_throughput.py", "--n", "12", "--batch-size", "4",
+                        "retriever.max_length=64")  # fmt: skip
+    assert re.search(r"densex encode_units_to_dir: 12 units in [\d.]+s", out)
+    assert re.search(r"ratio densex/ST \(encode stage\): [\d.]+", out)
+
+
+def test_hash_retriever_benchmark(squad_open: Path) -> None:
+    out = run_benchmark("hash_retriever.py", "--dims", "64", "--questions", "10", "--ks", "5")
+    assert re.search(r"dim 64: [\d,]+ units/CPU-s", out)
+    assert re.search(r"dim 64: recall @5 [01]\.\d{3}", out)
+
+
+def test_set_f1_benchmark(squad_open: Path) -> None:
+    out = run_benchmark("set_f1_bench.py", "--passages", "2")
+    assert re.search(r"one call/passage .* ratio +[\d.]+x +max \|dF1\| ", out)
+
+
+def test_fault_table_benchmark() -> None:
+    out = run_benchmark("fault_table.py")
+    assert "truncated units -> 51 lines after reuse" in out
+    assert "weights_only=False in train.py -> False" in out
+
+
+def test_propositionizer_probe(squad_open: Path) -> None:
+    out = run_benchmark(
+        "propositionizer_probe.py", "--steps", "1", "--batch", "2", "--held-out", "2", "3e-4@1"
+    )
+    assert re.search(r"3e-4 +1 +bf16 +random +[\d.]+ +[\d.]+ +[\d.]+", out)
+
+
+def test_scale_benchmark(tmp_path: Path) -> None:
+    out = run_benchmark("scale.py", "--units", "800", "--work", str(tmp_path))
+    assert re.search(r"\| 800 \| evaluate.py \(hash\) \| [\d.]+ \| \d+ \|", out)
+    # memory sampled by phase: anonymous + mapped MB of encode, index build, search
+    assert re.search(r"peak MB anon\+mapped: encode \d+\+\d+ build \d+\+\d+ search \d+\+\d+", out)
+
+
+def test_peers_benchmark(squad_open: Path) -> None:
+    out = run_benchmark("peers.py", "--n", "12", "--questions", "6", "--search-units", "3000",
+                        "--queries", "40", "--square", "6")  # fmt: skip
+    for runtime in ("torch", "onnx", "openvino", "onnx-int8"):
+        assert re.search(rf"densex +{runtime} +[\d.]+ units/s +\d+ tokens/s per core", out)
+        assert re.search(rf"densex {runtime} +R@5 +[\d.]+ +R@20", out)
+    assert re.search(r"sentence-transformers +torch +[\d.]+ units/s", out)
+    assert re.search(r"search: densex / faiss IndexFlatIP defaults = [\d.]+x", out)
+    assert re.search(r"set-F1 6x6: densex / bert-score best = [\d.]+x", out)
+    assert re.search(r"encode: densex best / sentence-transformers best = \d+\.\d\dx\n$", out)
+
+
+def test_gpu_script_runs_at_toy_shapes_on_cpu() -> None:
+    proc = subprocess.run(
+        ["bash", str(REPO / "benchmarks" / "gpu.sh"), "--tiny"], cwd=REPO, capture_output=True,
+        text=True, timeout=300, env=subprocess_env(PYTHON=sys.executable),
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    out = proc.stdout
+    assert re.search(r"encode MiniLM-L6 \(packaged weights\) bfloat16: [\d,]+ units/s", out)
+    assert re.search(r"encode GTR-base-shaped T5 encoder \(random\) bfloat16: [\d,]+ units/s", out)
+    assert re.search(r"search .*: 2,000 x 32 vectors, 16 queries, top-100: [\d,]+ queries/s", out)
+    assert re.search(r"train toy T5: [\d.]+M parameters, batch 2 .* [\d,]+ tokens/s.* MFU", out)
+    assert "gpu benchmark done" in out
