@@ -19,6 +19,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from densex.corpus.spec import CorpusSpec
 from densex.data.spec import DatasetSpec
+from densex.pipelines.serve.spec import ServeSpec
 from densex.pipelines.specs import (
     FusionSpec,
     GranularitySpec,
@@ -44,6 +45,7 @@ SCHEMAS: dict[tuple[str, str], type] = {
     ("propositionizer", "schema_teacher"): TeacherSettings,
     ("task", "schema_retrieval"): RetrievalTaskSpec,
     ("task", "schema_propositions"): PropositionsTaskSpec,
+    ("serve", "schema"): ServeSpec,
 }
 
 
