@@ -5,8 +5,8 @@ passage that the unit came from: the exact occurrence when the unit is a substri
 passage (passages and sentences), else the best-matching span (propositions are rewritten
 and decontextualised, so they are rarely substrings): the contiguous run of passage words
 that maximises matched-minus-penalised words (Kadane's maximum-sum subarray over per-word
-weights: +1 for a passage word the unit contains, -`MISS` otherwise), None when no word
-matches. `answer_spans(text, answers)` gives the case-insensitive occurrences of each answer
+weights: +1 for a passage word the unit contains, +`FUNCTION` for a function word it contains,
+-`MISS` otherwise), None when no word matches. `answer_spans(text, answers)` gives the case-insensitive occurrences of each answer
 at word boundaries, sorted, overlaps merged. Both are linear in the passage length and touch
 only the passages of returned hits.
 """
@@ -20,6 +20,12 @@ _WORD = re.compile(r"\w+")
 # a passage word missing from the unit costs this much: spans bridge short gaps of
 # function words or rephrasing, but not a clause the proposition does not contain
 MISS = 0.6
+# a shared function word ("a", "in", "the") is weak evidence: it may not extend a span alone
+FUNCTION = 0.1
+FUNCTION_WORDS = frozenset(
+    "a an the of in on at to for from by with and or but is are was were be been it its this "
+    "that these those as which who whom whose".split()
+)
 
 
 def unit_span(unit_text: str, passage_text: str) -> tuple[int, int] | None:
@@ -34,7 +40,8 @@ def unit_span(unit_text: str, passage_text: str) -> tuple[int, int] | None:
     best, best_span = 0.0, None
     run, run_start = 0.0, 0
     for m in _WORD.finditer(passage_text):
-        weight = 1.0 if m.group().lower() in wanted else -MISS
+        word = m.group().lower()
+        weight = -MISS if word not in wanted else FUNCTION if word in FUNCTION_WORDS else 1.0
         if run <= 0:
             run, run_start = 0.0, m.start()
         run += weight
