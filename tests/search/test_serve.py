@@ -12,7 +12,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from densex.pipelines.serve.app import create_app
-from densex.pipelines.serve.spec import ServeSpec
+from densex.pipelines.specs import ServeSpec
 
 GOOD = {"q": "In what year did Kessingbury receive its royal charter?", "k": "3"}
 

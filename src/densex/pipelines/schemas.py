@@ -19,12 +19,12 @@ from omegaconf.errors import OmegaConfBaseException
 
 from densex.corpus.spec import CorpusSpec
 from densex.data.spec import DatasetSpec
-from densex.pipelines.serve.spec import ServeSpec
 from densex.pipelines.specs import (
     FusionSpec,
     GranularitySpec,
     PropositionsTaskSpec,
     RetrievalTaskSpec,
+    ServeSpec,
 )
 from densex.propositionizer.settings import ModelSettings, PropositionizerSettings, TeacherSettings
 from densex.retrieval.spec import BM25Spec, IndexSpec, RetrieverSpec

@@ -22,10 +22,11 @@ _WORD = re.compile(r"\w+")
 MISS = 0.6
 # a shared function word ("a", "in", "the") is weak evidence: it may not extend a span alone
 FUNCTION = 0.1
-FUNCTION_WORDS = frozenset(
-    "a an the of in on at to for from by with and or but is are was were be been it its this "
-    "that these those as which who whom whose".split()
-)
+FUNCTION_WORDS = frozenset((
+    "a", "an", "the", "of", "in", "on", "at", "to", "for", "from", "by", "with", "and", "or",
+    "but", "is", "are", "was", "were", "be", "been", "it", "its", "this", "that", "these",
+    "those", "as", "which", "who", "whom", "whose",
+))  # fmt: skip
 
 
 def unit_span(unit_text: str, passage_text: str) -> tuple[int, int] | None:

@@ -29,8 +29,8 @@ from densex.pipelines.search.index import IndexSet
 from densex.pipelines.serve.batcher import MicroBatcher
 from densex.pipelines.serve.pages import markdown_table, render
 from densex.pipelines.serve.requests import BadRequest, parse_get, parse_post
-from densex.pipelines.serve.spec import ServeSpec
 from densex.pipelines.serve.sweep_data import SweepData
+from densex.pipelines.specs import ServeSpec
 from densex.utils.logging import get_logger
 
 log = get_logger(__name__)

@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from densex.pipelines.serve.spec import ServeSpec
+from densex.pipelines.specs import ServeSpec
 
 
 class BadRequest(ValueError):

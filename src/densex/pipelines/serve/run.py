@@ -17,8 +17,8 @@ from densex.pipelines.preflight.hub import PreflightError
 from densex.pipelines.preflight.run import fail
 from densex.pipelines.search.compose import compose_configs
 from densex.pipelines.search.index import open_configs
-from densex.pipelines.serve.spec import ServeSpec
 from densex.pipelines.serve.sweep_data import SweepData
+from densex.pipelines.specs import ServeSpec
 from densex.utils.io import DataError
 from densex.utils.logging import get_logger, setup_logging
 
