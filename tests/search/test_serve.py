@@ -126,3 +126,19 @@ def test_concurrent_requests_share_encoder_calls(demo_index):
     alone = demo_index.search(questions, 5, "passage")
     for r, hits in zip(responses, alone):
         assert [h["id"] for h in r.json()["results"]] == [h.id for h in hits]
+
+
+def test_serve_entry_reports_bad_input_in_one_line(repo_root, tmp_path):
+    import subprocess
+    import sys
+
+    from helpers.env import subprocess_env
+
+    cmd = [sys.executable, str(repo_root / "serve.py"), "corpus=demo",
+           f"corpus.passages={tmp_path / 'missing.jsonl'}", "granularity=passage,proposition",
+           f"paths.cache_dir={tmp_path / 'cache'}", f"hydra.run.dir={tmp_path / 'run'}"]  # fmt: skip
+    proc = subprocess.run(cmd, cwd=repo_root, env=subprocess_env(), capture_output=True,
+                          text=True, timeout=300)  # fmt: skip
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    (line,) = [x for x in proc.stderr.splitlines() if x.startswith("error (")]
+    assert "missing.jsonl" in line

@@ -51,6 +51,7 @@ class MicroBatcher:
         max_wait_s: float = 0.002,
     ) -> None:
         self._search, self.max_queries, self.max_wait_s = search, max_queries, max_wait_s
+        self._loop: asyncio.AbstractEventLoop | None = None
         self._queue: asyncio.Queue[_Request] | None = None
         self._worker: asyncio.Task | None = None
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="densex-search")
@@ -59,8 +60,9 @@ class MicroBatcher:
     async def submit(self, granularity: str, queries: Sequence[str], k: int) -> list[Any]:
         """The results of `queries` at `granularity`, searched with other pending requests."""
         loop = asyncio.get_running_loop()
-        if self._queue is None:
-            self._queue = asyncio.Queue()
+        if self._loop is not loop:  # first call, or the app now runs in another event loop
+            self._loop, self._queue = loop, asyncio.Queue()
+            self._worker = None
         if self._worker is None or self._worker.done():
             self._worker = loop.create_task(self._run())
         request = _Request(granularity, list(queries), int(k), loop.create_future())
