@@ -27,26 +27,39 @@ def highlight(
     text: str, unit_span: Sequence[int] | None, answers: Sequence[str] | None = None,
     grey_context: bool = False,
 ) -> Markup:  # fmt: skip
-    """The passage with its unit and answers marked (see the module doc)."""
+    """The passage with its unit and answers marked (see the module doc): one `<mark>` around
+    the unit, answers underlined inside or outside it."""
     marks = answer_spans(text, answers or [])
     cuts = {0, len(text)}
-    if unit_span:
-        cuts.update((int(unit_span[0]), int(unit_span[1])))
+    unit = (int(unit_span[0]), int(unit_span[1])) if unit_span else None
+    if unit:
+        cuts.update(unit)
     for s, e in marks:
         cuts.update((s, e))
     bounds = sorted(c for c in cuts if 0 <= c <= len(text))
-    parts = []
+    parts: list[Any] = []
+    region = None  # the wrapper open around the current piece: "unit" | "context" | None
     for s, e in zip(bounds, bounds[1:]):
         piece: Any = escape(text[s:e])
         if any(a <= s and e <= b for a, b in marks):
             piece = Markup('<u class="answer">%s</u>') % piece
-        inside = bool(unit_span) and unit_span[0] <= s and e <= unit_span[1]
-        if inside:
-            piece = Markup('<mark class="unit">%s</mark>') % piece
-        elif grey_context:
-            piece = Markup('<span class="context">%s</span>') % piece
+        want = (
+            "unit"
+            if unit and unit[0] <= s and e <= unit[1]
+            else "context"
+            if grey_context
+            else None
+        )
+        if want != region:
+            parts.append(Markup(_CLOSE[region] + _OPEN[want]))
+            region = want
         parts.append(piece)
+    parts.append(Markup(_CLOSE[region]))
     return Markup("").join(parts)
+
+
+_OPEN = {"unit": '<mark class="unit">', "context": '<span class="context">', None: ""}
+_CLOSE = {"unit": "</mark>", "context": "</span>", None: ""}
 
 
 def markdown_table(md: str | None) -> list[list[str]]:

@@ -51,6 +51,8 @@ class SweepData:
         cells: dict[str, dict[str, dict[str, Any]]] = {}
         for r in rows:
             name = "/".join(str(r.get(f)) for f in varying)
+            if name in cells:  # same labels in two sweeps under one folder: say which job
+                name += f" ({Path(r['job_dir']).relative_to(root)})"
             cells[name] = read_per_question(r["job_dir"])
         first = next(iter(next(iter(cells.values())).values()), {})
         ks = sorted(int(c[4:]) for c in first if c.startswith("hit@"))
