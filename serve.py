@@ -12,7 +12,7 @@ import hydra
 from omegaconf import DictConfig
 
 from densex.pipelines.schemas import register_configs
-from densex.pipelines.serve.run import granularity_argv
+from densex.pipelines.search.compose import granularity_argv
 
 os.environ.setdefault("PROJECT_ROOT", str(Path(__file__).resolve().parent))
 register_configs()

@@ -4,7 +4,8 @@ Contract: `split_granularities(overrides)` takes the one `granularity=a,b,c` ove
 list (a comma list opens several granularities side by side) and returns `(granularities or
 None, the other overrides)`; `compose_configs(overrides)` gives one composed `DictConfig` per
 granularity, through the Hydra app that is running (inside `serve.py`) or, outside Hydra, the
-repository's `conf/` (`DENSEX_CONF_DIR` overrides where it is).
+repository's `conf/` (`DENSEX_CONF_DIR` overrides where it is). `granularity_argv(argv)` is
+`serve.py`'s rewrite of such a list into `granularity=a serve.granularities=[a,b,c]`.
 """
 
 from __future__ import annotations
@@ -64,3 +65,17 @@ def compose_configs(overrides: Sequence[str], config_name: str = CONFIG_NAME) ->
         return [compose(config_name, overrides=o) for o in sets]
     with initialize_config_dir(version_base="1.3", config_dir=str(conf_dir())):
         return [compose(config_name, overrides=o) for o in sets]
+
+
+def granularity_argv(argv: list[str]) -> list[str]:
+    """`granularity=a,b,c` (a Hydra sweep outside `-m`) -> `granularity=a` plus
+    `serve.granularities=[a,b,c]`, so one server holds all three; other arguments unchanged."""
+    out = []
+    for arg in argv:
+        key, sep, value = arg.partition("=")
+        if sep and key == "granularity" and "," in value:
+            names = [v.strip() for v in value.strip("[]").split(",") if v.strip()]
+            out += [f"granularity={names[0]}", f"serve.granularities=[{','.join(names)}]"]
+        else:
+            out.append(arg)
+    return out

@@ -25,20 +25,6 @@ from densex.utils.logging import get_logger, setup_logging
 log = get_logger(__name__)
 
 
-def granularity_argv(argv: list[str]) -> list[str]:
-    """`granularity=a,b,c` (a Hydra sweep outside `-m`) -> `granularity=a` plus
-    `serve.granularities=[a,b,c]`, so one server holds all three; other arguments unchanged."""
-    out = []
-    for arg in argv:
-        key, sep, value = arg.partition("=")
-        if sep and key == "granularity" and "," in value:
-            names = [v.strip() for v in value.strip("[]").split(",") if v.strip()]
-            out += [f"granularity={names[0]}", f"serve.granularities=[{','.join(names)}]"]
-        else:
-            out.append(arg)
-    return out
-
-
 def job_configs(cfg: DictConfig) -> list[DictConfig]:
     """The job's config, or one per `serve.granularities`, composed with the job's overrides."""
     grans = cfg.serve.get("granularities")
