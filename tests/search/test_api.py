@@ -11,7 +11,7 @@ import sys
 import numpy as np
 import pytest
 
-from densex.pipelines.search.compose import split_granularities
+from densex.pipelines.search.compose import granularity_argv, split_granularities
 from densex.pipelines.search.spans import answer_spans, unit_span
 from helpers.env import subprocess_env
 
@@ -80,6 +80,13 @@ def test_split_granularities():
     assert split_granularities(["corpus=demo"]) == (None, ["corpus=demo"])
     with pytest.raises(ValueError, match="twice"):
         split_granularities(["granularity=passage", "granularity=sentence"])
+    assert granularity_argv(["serve.py", "granularity=passage,proposition", "corpus=demo"]) == [
+        "serve.py", "granularity=passage", "serve.granularities=[passage,proposition]",
+        "corpus=demo"]  # fmt: skip
+    assert granularity_argv(["serve.py", "granularity=sentence"]) == [
+        "serve.py",
+        "granularity=sentence",
+    ]
 
 
 def test_import_densex_stays_light(repo_root):
