@@ -100,3 +100,29 @@ def test_import_densex_stays_light(repo_root):
     assert densex.open_index is open_index
     with pytest.raises(AttributeError, match="no attribute 'open_indx'"):
         densex.open_indx  # noqa: B018
+
+
+def test_opening_reads_no_unit_text_and_a_search_only_its_hits(demo_sweep, monkeypatch):
+    import densex
+    from densex.corpus.columnar import ArrowTable
+
+    reads: list[tuple[str, int]] = []
+    take, slice_, iter_rows = ArrowTable.take, ArrowTable.slice, ArrowTable.iter_rows
+
+    def spy_take(self, column, rows):
+        reads.append((column, len(rows)))
+        return take(self, column, rows)
+
+    monkeypatch.setattr(ArrowTable, "take", spy_take)
+    monkeypatch.setattr(ArrowTable, "slice", lambda *a: reads.append(("slice", -1)) or slice_(*a))
+    monkeypatch.setattr(
+        ArrowTable, "iter_rows", lambda *a, **k: reads.append(("rows", -1)) or iter_rows(*a, **k)
+    )
+    _, cache = demo_sweep
+    ix = densex.open_index("corpus=demo", "dataset=demo", "retriever=minilm", "trainer=cpu",
+                           f"paths.cache_dir={cache}", "granularity=proposition")  # fmt: skip
+    assert reads == []  # passage_row and words only (NumPy columns); no text, no ids
+    (hits,) = ix.search(["Who owned the last ropewalk?"], 2, units_per_passage=2)
+    assert sorted(c for c, _ in reads) == ["id", "id", "text", "text", "title"]
+    assert all(n <= 4 for _, n in reads)  # 2 passages, at most 2 units each
+    assert len(hits) == 2
