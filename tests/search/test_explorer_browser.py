@@ -116,7 +116,14 @@ def test_explorer_shows_three_columns_with_the_unit_highlighted(server, browser,
     assert "1312" in prop.find_element(By.CSS_SELECTOR, "mark.unit").text
     assert prop.find_element(By.CSS_SELECTOR, "u.answer").text == "1312"  # a benchmark question
     table4 = browser.find_elements(By.CSS_SELECTOR, "#table4 tr[data-granularity]")
-    assert len(table4) == 3 and table4[0].find_elements(By.CSS_SELECTOR, ".context")
+    assert [r.get_attribute("data-granularity") for r in table4] == [
+        "passage",
+        "sentence",
+        "proposition",
+    ]
+    assert not table4[0].find_elements(By.CSS_SELECTOR, ".context")  # the unit is the passage
+    assert table4[2].find_elements(By.CSS_SELECTOR, ".context")  # the rest greyed as context
+    assert "1312" in table4[2].find_element(By.CSS_SELECTOR, "mark.unit").text
     _shot(browser, tmp_path, "explorer.png")
 
 
