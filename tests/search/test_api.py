@@ -70,6 +70,9 @@ def test_unit_span_best_match_and_answer_spans():
     s, e = unit_span("Kessingbury received a royal charter in 1312.", passage)
     assert passage[s:e] == "In 1312 it received a royal charter"
     assert unit_span("nothing here matches", passage) is None
+    bio = "Ilse Marrowind (1871-1939) was a chemist and crystallographer."
+    s, e = unit_span("Ilse Marrowind was a chemist.", bio)  # a tie extends to "chemist"
+    assert bio[s:e] == "Ilse Marrowind (1871-1939) was a chemist"
     assert answer_spans(passage, ["1312", "royal charter", "ROYAL"]) == [(32, 36), (51, 64)]
     assert answer_spans("a12 12", ["12"]) == [(4, 6)]
 

@@ -46,7 +46,8 @@ def unit_span(unit_text: str, passage_text: str) -> tuple[int, int] | None:
         if run <= 0:
             run, run_start = 0.0, m.start()
         run += weight
-        if run > best:
+        # a tie extends the best run (it reaches one more matched word), never moves it
+        if run > best or (best_span and run == best and run_start == best_span[0]):
             best, best_span = run, (run_start, m.end())
     return best_span
 
