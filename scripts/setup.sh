@@ -5,7 +5,7 @@
 # torch already importable in $DENSEX_PYTHON's environment, the user's torch is kept.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-EXTRAS="${DENSEX_EXTRAS:-demo,dev,llm}"
+EXTRAS="${DENSEX_EXTRAS:-demo,dev,llm,serve,langchain}"
 if [ -n "${DENSEX_PYTHON:-}" ]; then
   PY="$DENSEX_PYTHON"
 else

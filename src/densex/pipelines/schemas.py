@@ -24,6 +24,7 @@ from densex.pipelines.specs import (
     GranularitySpec,
     PropositionsTaskSpec,
     RetrievalTaskSpec,
+    ServeSpec,
 )
 from densex.propositionizer.settings import ModelSettings, PropositionizerSettings, TeacherSettings
 from densex.retrieval.spec import BM25Spec, IndexSpec, RetrieverSpec
@@ -44,6 +45,7 @@ SCHEMAS: dict[tuple[str, str], type] = {
     ("propositionizer", "schema_teacher"): TeacherSettings,
     ("task", "schema_retrieval"): RetrievalTaskSpec,
     ("task", "schema_propositions"): PropositionsTaskSpec,
+    ("serve", "schema"): ServeSpec,
 }
 
 

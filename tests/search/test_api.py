@@ -1,0 +1,131 @@
+"""The Python search API (`densex.open_index`) on the real demo index: the same passages and
+scores as `evaluate.py`'s retrieval files, units placed inside their passages."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from densex.pipelines.search.compose import granularity_argv, split_granularities
+from densex.pipelines.search.spans import answer_spans, unit_span
+from helpers.env import subprocess_env
+
+GRANULARITIES = ("passage", "sentence", "proposition")
+
+
+def _sweep_cell(sweep, granularity: str):
+    for job in sorted(p for p in sweep.iterdir() if p.is_dir() and p.name.isdigit()):
+        row = json.loads((job / "results.jsonl").read_text())
+        if row["granularity"] == granularity:
+            return job
+    raise AssertionError(f"no {granularity} cell in {sweep}")
+
+
+@pytest.mark.parametrize("granularity", GRANULARITIES)
+def test_api_returns_the_passages_and_scores_evaluate_wrote(demo_sweep, demo_index, granularity):
+    sweep, _ = demo_sweep
+    with gzip.open(_sweep_cell(sweep, granularity) / "retrieval.json.gz", "rt") as f:
+        written = json.load(f)
+    k = len(written[0]["ctxs"])
+    hits = demo_index.search([q["question"] for q in written], k, granularity)
+    assert len(hits) == len(written) > 0
+    for q, got in zip(written, hits):
+        assert [h.id for h in got] == [c["id"] for c in q["ctxs"]], q["question"]
+        want = np.array([float(c["score"]) for c in q["ctxs"]], dtype=np.float32)
+        np.testing.assert_array_equal(np.array([h.score for h in got], dtype=np.float32), want)
+
+
+def test_hits_carry_the_units_that_scored_them(demo_index):
+    q = "In what year did Kessingbury receive its royal charter?"
+    for g, (hits,) in demo_index.compare([q], 3).items():
+        assert len(hits) == 3
+        for h in hits:
+            assert h.units and h.units[0].score == pytest.approx(h.score, abs=1e-6)
+            assert [u.score for u in h.units] == sorted((u.score for u in h.units), reverse=True)
+            for u in h.units:
+                assert u.id == h.id if g == "passage" else u.id.startswith(h.id + "::")
+                start, end = u.span
+                if g != "proposition":  # passages and sentences are exact substrings
+                    assert h.text[start:end] == u.text.strip()
+    (top,) = demo_index.search([q], 1, "proposition")[0]
+    start, end = top.units[0].span
+    assert "1312" in top.units[0].text and "1312" in top.text[start:end]
+    assert demo_index.answers(q.upper()) == ["1312"]
+    assert demo_index.answers("not a benchmark question") is None
+
+
+def test_unknown_granularity_is_named(demo_index):
+    with pytest.raises(KeyError, match="unknown granularity 'word'"):
+        demo_index.search(["q"], 1, "word")
+
+
+def test_unit_span_best_match_and_answer_spans():
+    passage = "The town grew around a ford. In 1312 it received a royal charter from the king."
+    assert unit_span("In 1312 it received", passage) == (29, 48)
+    s, e = unit_span("Kessingbury received a royal charter in 1312.", passage)
+    assert passage[s:e] == "In 1312 it received a royal charter"
+    assert unit_span("nothing here matches", passage) is None
+    bio = "Ilse Marrowind (1871-1939) was a chemist and crystallographer."
+    s, e = unit_span("Ilse Marrowind was a chemist.", bio)  # a tie extends to "chemist"
+    assert bio[s:e] == "Ilse Marrowind (1871-1939) was a chemist"
+    assert answer_spans(passage, ["1312", "royal charter", "ROYAL"]) == [(32, 36), (51, 64)]
+    assert answer_spans("a12 12", ["12"]) == [(4, 6)]
+
+
+def test_split_granularities():
+    assert split_granularities(["corpus=demo", "granularity=passage,proposition"]) == (
+        ["passage", "proposition"], ["corpus=demo"])  # fmt: skip
+    assert split_granularities(["corpus=demo"]) == (None, ["corpus=demo"])
+    with pytest.raises(ValueError, match="twice"):
+        split_granularities(["granularity=passage", "granularity=sentence"])
+    assert granularity_argv(["serve.py", "granularity=passage,proposition", "corpus=demo"]) == [
+        "serve.py", "granularity=passage", "serve.granularities=[passage,proposition]",
+        "corpus=demo"]  # fmt: skip
+    assert granularity_argv(["serve.py", "granularity=sentence"]) == [
+        "serve.py",
+        "granularity=sentence",
+    ]
+
+
+def test_import_densex_stays_light(repo_root):
+    code = "import sys, densex; print('torch' in sys.modules, 'hydra' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], env=subprocess_env(), cwd=repo_root,
+                         capture_output=True, text=True, check=True).stdout  # fmt: skip
+    assert out.split() == ["False", "False"]
+    import densex
+    from densex.pipelines.search.index import open_index
+
+    assert densex.open_index is open_index
+    with pytest.raises(AttributeError, match="no attribute 'open_indx'"):
+        densex.open_indx  # noqa: B018
+
+
+def test_opening_reads_no_unit_text_and_a_search_only_its_hits(demo_sweep, monkeypatch):
+    import densex
+    from densex.corpus.columnar import ArrowTable
+
+    reads: list[tuple[str, int]] = []
+    take, slice_, iter_rows = ArrowTable.take, ArrowTable.slice, ArrowTable.iter_rows
+
+    def spy_take(self, column, rows):
+        reads.append((column, len(rows)))
+        return take(self, column, rows)
+
+    monkeypatch.setattr(ArrowTable, "take", spy_take)
+    monkeypatch.setattr(ArrowTable, "slice", lambda *a: reads.append(("slice", -1)) or slice_(*a))
+    monkeypatch.setattr(
+        ArrowTable, "iter_rows", lambda *a, **k: reads.append(("rows", -1)) or iter_rows(*a, **k)
+    )
+    _, cache = demo_sweep
+    ix = densex.open_index("corpus=demo", "dataset=demo", "retriever=minilm", "trainer=cpu",
+                           f"paths.cache_dir={cache}", "granularity=proposition")  # fmt: skip
+    assert reads == []  # passage_row and words only (NumPy columns); no text, no ids
+    (hits,) = ix.search(["Who owned the last ropewalk?"], 2, units_per_passage=2)
+    assert sorted(c for c, _ in reads) == ["id", "id", "text", "text", "title"]
+    assert all(n <= 4 for _, n in reads)  # 2 passages, at most 2 units each
+    assert len(hits) == 2
