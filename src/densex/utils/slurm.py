@@ -1,4 +1,4 @@
-"""The failed cells of a SLURM sweep, as `densex.utils.slurm_launcher.SlurmLauncher` records
+"""The failed cells of a SLURM sweep, as `hydra_plugins.densex_slurm.launcher.SlurmLauncher` records
 them in `<sweep dir>/failed_cells.jsonl` (one row per cell: `cell` number, `slurm_job_id`, the
 cell's `overrides`, its `log` file, its `run_dir` and the `error`'s first line). Kept apart from
 the launcher so that readers (the sweep tables) need no hydra-submitit-launcher.

@@ -1,6 +1,7 @@
 """hydra-submitit-launcher's SLURM launcher, made to report failed cells instead of hiding them.
 
-`conf/hydra/launcher/slurm.yaml` sets `_target_: densex.utils.slurm_launcher.SlurmLauncher`; everything
+`conf/hydra/launcher/slurm.yaml` sets `_target_: hydra_plugins.densex_slurm.launcher.SlurmLauncher`
+(Hydra instantiates launchers from the `hydra_plugins` namespace only); everything
 else (sbatch parameters, job arrays, submitit's checkpoint-and-requeue on preemption) is the
 plugin's. The plugin returns `[job.results()[0] for job in jobs]`: it stops at the first job
 that died, while the others still run, and Hydra then skips `on_multirun_end`, so a sweep with
@@ -17,6 +18,8 @@ one failed cell wrote no table at all and named neither the job nor its log. Thi
 
 from __future__ import annotations
 
+import sys
+import traceback
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -67,6 +70,19 @@ class SlurmLauncher(submitit_launcher.SlurmLauncher):
     """`hydra/launcher=slurm`: the plugin's launcher that waits for all cells and reports the
     failed ones (module docstring)."""
 
+    def __call__(self, *args: Any, **kwargs: Any) -> JobReturn:
+        """Run one cell in its SLURM job (the plugin's); a cell that raised has its traceback
+        written to the job's stderr, the log file the sweep's failure names (Hydra's `run_job`
+        catches the exception and returns it, so nothing would be in the log)."""
+        ret = super().__call__(*args, **kwargs)
+        if ret.status == JobStatus.FAILED:
+            try:
+                _ = ret.return_value  # re-raises the cell's exception
+            except BaseException as error:  # noqa: BLE001 - reported, then returned as is
+                traceback.print_exception(error, file=sys.stderr)
+                sys.stderr.flush()
+        return ret
+
     def _submit(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> list[Any]:
         """Submit the cells as one job array: the plugin's `launch` up to `map_array`."""
         import submitit
@@ -116,7 +132,7 @@ class SlurmLauncher(submitit_launcher.SlurmLauncher):
                 "slurm_job_id": str(job.job_id),
                 "overrides": filter_overrides(overrides),
                 "log": str(job.paths.stderr),
-                "run_dir": str(ret.working_dir) if ret is not None else None,
+                "run_dir": str(ret.hydra_cfg.hydra.runtime.output_dir) if ret else None,
                 "error": _first_line(error),
             })  # fmt: skip
         (sweep_dir / FAILED_CELLS).unlink(missing_ok=True)
