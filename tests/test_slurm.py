@@ -170,8 +170,9 @@ def test_index_stage_under_slurm(caches, ddp_embed) -> None:
     assert step[2:4] == ["1", "1"] and step[5] == "COMPLETED", acct
     log = (sweep / "0" / "index.log").read_text()
     assert "index ready: 472 proposition units (minilm)" in log
-    assert "encoding" not in log  # the embeddings of step 2 were reused
-    assert list((caches["slurm"] / "indexes").rglob("manifest.json"))
+    # the embeddings of step 2 were reused, the index built in this job
+    assert "minilm searcher over 472 units (cached embeddings, new index" in log
+    assert list((caches["slurm"] / "index" / "minilm").rglob("manifest.json"))
 
 
 @pytest.fixture(scope="module")
