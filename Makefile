@@ -5,7 +5,7 @@ export TRANSFORMERS_OFFLINE ?= 1
 export WANDB_MODE ?= disabled
 export TOKENIZERS_PARALLELISM ?= false
 
-.PHONY: setup demo test test-slow lint bench clean
+.PHONY: setup demo test test-slow test-slurm lint bench clean
 
 setup:
 	bash scripts/setup.sh
@@ -18,6 +18,11 @@ test: setup
 
 test-slow: setup
 	$(PY) -m pytest -q -m slow
+
+# the README's cluster steps on a one-machine SLURM (brought up first; root: apt, daemons)
+test-slurm: setup
+	bash scripts/slurm_local.sh up
+	SLURM_CONF=$${DENSEX_SLURM_DIR:-/tmp/densex-slurm}/slurm.conf $(PY) -m pytest -q -s -m slurm
 
 lint: setup
 	$(PY) -m ruff check src tests benchmarks scripts *.py

@@ -28,6 +28,7 @@ from densex.report.table2_metrics import (
 )
 from densex.utils.io import DataError, atomic_open, read_jsonl
 from densex.utils.logging import render
+from densex.utils.slurm import read_failed_cells
 
 GAIN = "gain"  # the granularity label of the proposition - passage row
 
@@ -213,6 +214,19 @@ def _write_csv(path: Path, table: Sequence[dict[str, Any]]) -> None:
             writer.writerow({c: round(v, 4) if isinstance(v, float) else v for c, v in row.items()})
 
 
+def missing_cells_markdown(sweep_dir: str | os.PathLike) -> str | None:
+    """The cells of the sweep that failed (`densex.utils.slurm.FAILED_CELLS`, written by the
+    SLURM launcher) as a Markdown list, or None when every cell succeeded."""
+    failed = read_failed_cells(sweep_dir)
+    lines = [
+        f"- cell #{f['cell']} `{' '.join(f['overrides'])}`: SLURM job {f['slurm_job_id']}, "
+        f"log `{f['log']}`: {f['error']}"
+        for f in failed
+    ]
+    head = f"**Missing: {len(failed)} cell(s) failed** and are not in the table above:\n\n"
+    return head + "\n".join(lines) + "\n" if failed else None
+
+
 def write_table2(
     rows: Sequence[dict[str, Any]],
     out_dir: str | os.PathLike,
@@ -236,6 +250,9 @@ def write_table2(
         f.write("Passage recall@k (%) by retriever and retrieval granularity (cf. Table 2). ")
         f.write(metrics_legend(metrics) + "\n\n")
         f.write(table2_markdown(table, marks))
+        missing = missing_cells_markdown(out)
+        if missing:
+            f.write("\n" + missing)
         if notes:
             f.write("\n" + notes.rstrip("\n") + "\n")
         f.write(
