@@ -1,0 +1,258 @@
+"""A copy-aware student propositionizer: a prefix LM over a BERT checkpoint with a pointer head.
+
+`CopyPrefixLM` reads ``[CLS] source [SEP]`` and the target ``[CLS] y_1 ... y_m`` as one
+sequence through one pretrained BERT stack (UniLM's seq2seq mask): source tokens attend to the
+source, target tokens (token type 1, positions continuing after the source) to the source and
+to the earlier target tokens. No weight of the attention is new. The next-token distribution
+is a gated mixture (pointer-generator, See et al. 2017) of
+
+- the vocabulary distribution: a dense + LayerNorm transform, then the tied word embeddings;
+- a copy distribution over source positions: a cosine attention of the target state against
+  the final state of the *preceding* source position, so "copy the token after the one I
+  match" is the initial behaviour (an induction-head prior; see docs/architecture.md).
+
+The target is the propositions joined by one `surface.PROP_TOKEN` and closed by `[SEP]`
+(`backbone.target_ids`); `surface.py` turns generated ids back into text with the source's
+casing. Source and target share the checkpoint's `max_position_embeddings` (`positions_left`).
+`CopyLMConfig` / `CopyPrefixLM` are registered with transformers' Auto classes on import, so
+`AutoModelForSeq2SeqLM.from_pretrained(dir)` loads an export (`backbone.load_seq2seq`).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from transformers import AutoConfig, AutoModelForSeq2SeqLM, BertConfig, GenerationConfig
+from transformers.modeling_outputs import ModelOutput
+from transformers.models.bert.modeling_bert import BertModel, BertPreTrainedModel
+
+from densex.propositionizer.copy_decode import decode
+
+__all__ = ["MODEL_TYPE", "CopyLMConfig", "CopyLMOutput", "CopyPrefixLM", "positions_left"]
+
+MODEL_TYPE = "densex-copy-lm"
+
+
+class CopyLMConfig(BertConfig):
+    """BERT's config plus the student's: `use_copy` (False: the plain prefix LM, for the
+    ablation), the copy attention's initial scale, the proposition separator's id and the
+    target segment's token type."""
+
+    model_type = MODEL_TYPE
+
+    def __init__(
+        self,
+        use_copy: bool = True,
+        copy_scale: float = 10.0,
+        prop_token_id: int | None = None,
+        target_token_type: int = 1,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.use_copy = use_copy
+        self.copy_scale = copy_scale
+        self.prop_token_id = prop_token_id
+        self.target_token_type = target_token_type
+
+
+@dataclass
+class CopyLMOutput(ModelOutput):
+    """`loss`: mean negative log-likelihood of the label tokens (None without labels)."""
+
+    loss: torch.Tensor | None = None
+
+
+class CopyPrefixLM(BertPreTrainedModel):
+    """The prefix LM with a pointer-generator head (module docstring). `forward` is the
+    teacher-forced loss; `generate` (greedy or beam, `copy_decode.py`) returns ids like a
+    seq2seq `generate`: column 0 the start token `[CLS]`, rows padded after `[SEP]`."""
+
+    config_class = CopyLMConfig
+    config: CopyLMConfig
+
+    def __init__(self, config: CopyLMConfig) -> None:
+        super().__init__(config)
+        h = config.hidden_size
+        self.bert = BertModel(config, add_pooling_layer=False)
+        self.transform = nn.Linear(h, h)
+        self.transform_norm = nn.LayerNorm(h, eps=config.layer_norm_eps)
+        self.vocab_bias = nn.Parameter(torch.zeros(config.vocab_size))
+        self.copy_query = nn.Linear(h, h)
+        self.copy_key = nn.Linear(h, h)
+        self.copy_log_scale = nn.Parameter(torch.tensor(math.log(config.copy_scale)))
+        self.gate = nn.Linear(2 * h, 1)
+        self.post_init()
+        self.generation_config = GenerationConfig(
+            bos_token_id=config.bos_token_id,
+            decoder_start_token_id=config.decoder_start_token_id,
+            eos_token_id=config.eos_token_id,
+            pad_token_id=config.pad_token_id,
+        )
+
+    def init_heads(self) -> None:
+        """The new head weights' starting point: identity transforms (copy by matching the
+        same token's states; vocabulary logits = the state against the word embeddings), a
+        zero bias and an even gate."""
+        with torch.no_grad():
+            for lin in (self.transform, self.copy_query, self.copy_key):
+                lin.weight.copy_(torch.eye(lin.weight.shape[0]))
+                lin.bias.zero_()
+            self.transform_norm.reset_parameters()
+            self.vocab_bias.zero_()
+            self.copy_log_scale.fill_(math.log(self.config.copy_scale))
+            self.gate.weight.zero_()
+            self.gate.bias.zero_()
+
+    # ---- the stack ---------------------------------------------------------------------------
+    def run_layers(
+        self, x: torch.Tensor, mask: torch.Tensor, past: list[Any] | None = None
+    ) -> tuple[torch.Tensor, list[tuple[torch.Tensor, torch.Tensor]]]:
+        """BERT's layers over embeddings `x` (B, T, h) with a boolean attention `mask`
+        (B, 1, T, keys) over [`past` keys; these T]; returns the states and each layer's
+        (key, value) including `past`'s."""
+        cache = []
+        for i, layer in enumerate(self.bert.encoder.layer):
+            att = layer.attention.self
+            b, t, _ = x.shape
+            heads, d = att.num_attention_heads, att.attention_head_size
+
+            def split(lin: nn.Linear, x: torch.Tensor = x) -> torch.Tensor:
+                return lin(x).view(b, t, heads, d).transpose(1, 2)
+
+            q, k, v = split(att.query), split(att.key), split(att.value)
+            if past is not None:
+                k, v = torch.cat([past[i][0], k], 2), torch.cat([past[i][1], v], 2)
+            p = att.dropout.p if self.training else 0.0
+            ctx = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p)
+            x = layer.attention.output(ctx.transpose(1, 2).reshape(b, t, heads * d), x)
+            x = layer.output(layer.intermediate(x), x)
+            cache.append((k, v))
+        return x, cache
+
+    def embed(self, ids: torch.Tensor, positions: torch.Tensor, token_type: int) -> torch.Tensor:
+        """Word + position + token-type embeddings (BERT's, LayerNorm and dropout included)."""
+        types = torch.full_like(ids, token_type)
+        return self.bert.embeddings(input_ids=ids, token_type_ids=types, position_ids=positions)
+
+    def encode_source(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> dict:
+        """The source pass: states, per-layer keys/values, lengths and the copy keys (the
+        normalised, projected state of the position before each candidate 1..S-1)."""
+        s = input_ids.shape[1]
+        valid = attention_mask.bool()
+        pos = torch.arange(s, device=input_ids.device).expand_as(input_ids)
+        mask = valid[:, None, None, :].expand(-1, 1, s, s)
+        h, cache = self.run_layers(self.embed(input_ids, pos, 0), mask)
+        view = self.source_view(h, input_ids, valid)
+        return {**view, "cache": cache, "valid": valid, "lengths": valid.sum(1)}
+
+    # ---- the head ----------------------------------------------------------------------------
+    def vocab_logits(self, h: torch.Tensor) -> torch.Tensor:
+        """Vocabulary logits of target states (…, h) through the tied word embeddings."""
+        z = self.transform_norm(self.transform(h))
+        return F.linear(z, self.bert.embeddings.word_embeddings.weight, self.vocab_bias)
+
+    def copy_attention(self, h: torch.Tensor, src: dict) -> tuple[torch.Tensor, torch.Tensor]:
+        """(copy weights over source candidates (B, T, S-1), log gate of the vocabulary path
+        (B, T, 1) and of the copy path) for target states `h` (B, T, h)."""
+        q = F.normalize(self.copy_query(h), dim=-1)
+        scores = self.copy_log_scale.exp() * q @ src["copy_keys"].transpose(1, 2)
+        scores = scores.masked_fill(~src["copy_valid"][:, None, :], float("-inf"))
+        weights = scores.softmax(-1)
+        context = weights @ src["states"][:, 1:]
+        z = self.gate(torch.cat([h, context], -1))
+        return weights, (F.logsigmoid(z), F.logsigmoid(-z))
+
+    def next_log_probs(self, h: torch.Tensor, src: dict) -> torch.Tensor:
+        """Log-probabilities over the vocabulary of the next token for target states
+        `h` (B, T, h): the gated mixture of the vocabulary and copy distributions."""
+        logp = self.vocab_logits(h).float().log_softmax(-1)
+        if not self.config.use_copy:
+            return logp
+        weights, (log_gen, log_copy) = self.copy_attention(h, src)
+        index = src["copy_ids"][:, None, :].expand(-1, h.shape[1], -1)
+        copy = torch.zeros_like(logp).scatter_add_(-1, index, weights.float())
+        return torch.logaddexp(log_gen.float() + logp, log_copy.float() + copy.clamp_min(1e-30).log())
+
+    # ---- training ----------------------------------------------------------------------------
+    def prepare_decoder_input_ids_from_labels(self, labels: torch.Tensor) -> torch.Tensor:
+        """Teacher-forcing inputs: the labels shifted right after the start token `[CLS]`,
+        ignored positions (-100) as padding."""
+        start = torch.full_like(labels[:, :1], self.config.decoder_start_token_id)
+        shifted = torch.cat([start, labels[:, :-1]], 1)
+        return shifted.masked_fill(shifted == -100, self.config.pad_token_id)
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        labels: torch.Tensor | None = None,
+        decoder_input_ids: torch.Tensor | None = None,
+        **_: Any,
+    ) -> CopyLMOutput:
+        """Teacher-forced mean NLL of `labels` (B, T; -100 ignored) given the sources."""
+        if labels is None:
+            return CopyLMOutput(loss=None)
+        dec = decoder_input_ids
+        dec = self.prepare_decoder_input_ids_from_labels(labels) if dec is None else dec
+        s, t = input_ids.shape[1], dec.shape[1]
+        valid = attention_mask.bool()
+        lengths = valid.sum(1, keepdim=True)
+        pos_t = lengths + torch.arange(t, device=dec.device)
+        if int(pos_t.max()) >= self.config.max_position_embeddings:
+            raise ValueError("source + target exceed max_position_embeddings (positions_left)")
+        pos_s = torch.arange(s, device=dec.device).expand_as(input_ids)
+        kind = self.config.target_token_type
+        x = torch.cat([self.embed(input_ids, pos_s, 0), self.embed(dec, pos_t, kind)], 1)
+        h, _ = self.run_layers(x, prefix_lm_mask(valid, t))
+        src = self.source_view(h[:, :s], input_ids, valid)
+        logp = self.next_log_probs(h[:, s:], src)
+        keep = labels != -100
+        nll = -logp.gather(-1, labels.clamp_min(0)[..., None]).squeeze(-1)
+        return CopyLMOutput(loss=nll[keep].mean())
+
+    def source_view(self, h: torch.Tensor, input_ids: torch.Tensor, valid: torch.Tensor) -> dict:
+        """What the head needs of the source (`encode_source`'s keys minus the caches)."""
+        return {
+            "states": h,
+            "copy_keys": F.normalize(self.copy_key(h[:, :-1]), dim=-1),
+            "copy_ids": input_ids[:, 1:],
+            "copy_valid": valid[:, 1:],
+        }
+
+    # ---- generation --------------------------------------------------------------------------
+    @torch.no_grad()
+    def generate(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        max_new_tokens: int = 512,
+        num_beams: int = 1,
+        **_: Any,
+    ) -> torch.Tensor:
+        """Greedy (`num_beams` 1) or beam decoding (`copy_decode.decode`)."""
+        return decode(self, input_ids, attention_mask, max_new_tokens, num_beams)
+
+
+def prefix_lm_mask(valid: torch.Tensor, t: int) -> torch.Tensor:
+    """UniLM's seq2seq mask (B, 1, S+T, S+T) for sources with key mask `valid` (B, S) and `t`
+    target tokens: source rows see the valid source, target rows the valid source and the
+    target up to themselves."""
+    b, s = valid.shape
+    causal = torch.ones(t, t, dtype=torch.bool, device=valid.device).tril()
+    rows_s = torch.cat([valid[:, None, :].expand(-1, s, -1), valid.new_zeros(b, s, t)], 2)
+    rows_t = torch.cat([valid[:, None, :].expand(-1, t, -1), causal.expand(b, -1, -1)], 2)
+    return torch.cat([rows_s, rows_t], 1)[:, None]
+
+
+def positions_left(config: Any, source_length: int) -> int:
+    """How many target tokens fit after a source of `source_length` tokens."""
+    return int(config.max_position_embeddings) - int(source_length)
+
+
+AutoConfig.register(MODEL_TYPE, CopyLMConfig, exist_ok=True)
+AutoModelForSeq2SeqLM.register(CopyLMConfig, CopyPrefixLM, exist_ok=True)
