@@ -42,7 +42,9 @@ def build_copy_lm(
     tok.add_special_tokens({"additional_special_tokens": [PROP_TOKEN]})
     base = BertModel.from_pretrained(path, add_pooling_layer=False)
     if base.config.max_position_embeddings < max_length:
-        raise ValueError(f"{encoder}: {base.config.max_position_embeddings} positions < {max_length}")
+        raise ValueError(
+            f"{encoder}: {base.config.max_position_embeddings} positions < {max_length}"
+        )
     settings = {k: v for k, v in base.config.to_dict().items() if k not in _NOT_COPIED}
     settings |= {
         "vocab_size": len(tok),

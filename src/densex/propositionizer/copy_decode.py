@@ -31,10 +31,7 @@ def decode(
     src = model.encode_source(input_ids, attention_mask)
     room = int(model.config.max_position_embeddings - src["lengths"].max())
     steps = max(0, min(max_new_tokens, room))
-    if num_beams > 1:
-        out = _beam(model, src, steps, num_beams)
-    else:
-        out = _greedy(model, src, steps)
+    out = _beam(model, src, steps, num_beams) if num_beams > 1 else _greedy(model, src, steps)
     if steps < max_new_tokens and out.shape[1] == steps + 1:  # cut by the position budget
         pad = out.new_full((out.shape[0], max_new_tokens - steps), model.config.pad_token_id)
         out = torch.cat([out, pad], 1)
@@ -127,7 +124,9 @@ def _select(top, idx, vocab, k, seqs, finished, done, length, cfg) -> tuple:
     return scores, beams, tokens
 
 
-def _best(seqs: torch.Tensor, scores: torch.Tensor, finished: list, k: int, cfg: Any) -> torch.Tensor:
+def _best(
+    seqs: torch.Tensor, scores: torch.Tensor, finished: list, k: int, cfg: Any
+) -> torch.Tensor:
     """The best hypothesis of each example (a live beam where none finished), padded."""
     length = seqs.shape[1] - 1
     rows = []

@@ -119,17 +119,15 @@ class CopyPrefixLM(BertPreTrainedModel):
         for i, layer in enumerate(self.bert.encoder.layer):
             att = layer.attention.self
             b, t, _ = x.shape
-            heads, d = att.num_attention_heads, att.attention_head_size
-
-            def split(lin: nn.Linear, x: torch.Tensor = x) -> torch.Tensor:
-                return lin(x).view(b, t, heads, d).transpose(1, 2)
-
-            q, k, v = split(att.query), split(att.key), split(att.value)
+            shape = (b, t, att.num_attention_heads, att.attention_head_size)
+            q, k, v = (
+                lin(x).view(shape).transpose(1, 2) for lin in (att.query, att.key, att.value)
+            )
             if past is not None:
                 k, v = torch.cat([past[i][0], k], 2), torch.cat([past[i][1], v], 2)
             p = att.dropout.p if self.training else 0.0
             ctx = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p)
-            x = layer.attention.output(ctx.transpose(1, 2).reshape(b, t, heads * d), x)
+            x = layer.attention.output(ctx.transpose(1, 2).reshape(b, t, -1), x)
             x = layer.output(layer.intermediate(x), x)
             cache.append((k, v))
         return x, cache
@@ -176,7 +174,9 @@ class CopyPrefixLM(BertPreTrainedModel):
         weights, (log_gen, log_copy) = self.copy_attention(h, src)
         index = src["copy_ids"][:, None, :].expand(-1, h.shape[1], -1)
         copy = torch.zeros_like(logp).scatter_add_(-1, index, weights.float())
-        return torch.logaddexp(log_gen.float() + logp, log_copy.float() + copy.clamp_min(1e-30).log())
+        return torch.logaddexp(
+            log_gen.float() + logp, log_copy.float() + copy.clamp_min(1e-30).log()
+        )
 
     # ---- training ----------------------------------------------------------------------------
     def prepare_decoder_input_ids_from_labels(self, labels: torch.Tensor) -> torch.Tensor:

@@ -131,9 +131,7 @@ class PropositionDataModule(pl.LightningDataModule):
         end = end_token_id(tok)
         n_src = sum(len(s) > h.max_source_length for s in src)
         src = [truncate_ids(s, h.max_source_length, end) for s in src]
-        room = [
-            min(h.max_target_length, (h.max_total_length or 1 << 30) - len(s)) for s in src
-        ]
+        room = [min(h.max_target_length, (h.max_total_length or 1 << 30) - len(s)) for s in src]
         n_tgt = sum(len(t) > r for t, r in zip(tgt, room))
         self.stats.update({f"{name}/truncated_sources": n_src, f"{name}/truncated_targets": n_tgt})
         self.stats[f"{name}/pairs"] = len(pairs)
@@ -146,7 +144,13 @@ class PropositionDataModule(pl.LightningDataModule):
         for p, s, t, r in zip(pairs, src, tgt, room):
             t = truncate_ids(t, r, end)
             items.append(
-                {"input_ids": s, "labels": t, "id": p["id"], "target": p["target"], "source": p["source"]}
+                {
+                    "input_ids": s,
+                    "labels": t,
+                    "id": p["id"],
+                    "target": p["target"],
+                    "source": p["source"],
+                }
             )
         return items
 

@@ -73,7 +73,9 @@ def _join(pieces: list[tuple[str, bool]]) -> str:
     return out
 
 
-def render(tokens: Sequence[int], source: str, src_ids: Sequence[int], offsets: Sequence, tok: Any) -> str:
+def render(
+    tokens: Sequence[int], source: str, src_ids: Sequence[int], offsets: Sequence, tok: Any
+) -> str:
     """One proposition's text (module docstring): copied runs from `source` through its
     token `offsets`, other tokens from the vocabulary."""
     pieces = []
@@ -98,10 +100,15 @@ def decode_propositions(
     end = tokenizer.sep_token_id
     skip = {tokenizer.cls_token_id, tokenizer.pad_token_id}
     texts = []
-    for row, ids, offsets, source in zip(generated, enc["input_ids"], enc["offset_mapping"], sources):
+    for row, ids, offsets, source in zip(
+        generated, enc["input_ids"], enc["offset_mapping"], sources
+    ):
         row = row.tolist() if hasattr(row, "tolist") else list(row)
         keep = [j for j, (a, b) in enumerate(offsets) if b > a]  # no special tokens
         src_ids, src_off = [ids[j] for j in keep], [offsets[j] for j in keep]
-        props = [render(p, source, src_ids, src_off, tokenizer) for p in split_ids(row, separator, end, skip)]
+        props = [
+            render(p, source, src_ids, src_off, tokenizer)
+            for p in split_ids(row, separator, end, skip)
+        ]
         texts.append(format_target([p for p in props if p]))
     return texts
