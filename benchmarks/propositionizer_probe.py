@@ -7,14 +7,16 @@ spec) and is then measured on 32 passages of the held-out articles:
 - `held-out`: the token loss of their teacher targets;
 - `swap gap`: that loss with every passage's source replaced by another held-out passage's,
   minus the true loss (near 0: the model ignores its source and learnt a language model);
-- with `--generate`: greedy outputs (`utils.generation.generate_sorted`, as the pipeline), their
-  parse rate, unsupported content words (in neither passage nor title) and coverage of the
-  passage's content words (`densex.metrics.propositions`), and generation seconds.
+- with `--generate`: greedy outputs (`utils.generation.generate_sorted`, as the pipeline, in
+  one batch of `--gen-batch` 32), their parse rate, unsupported content words (in neither
+  passage nor title), coverage of the passage's content words (`densex.metrics.propositions`),
+  output words per passage, passages per second and what FactoidWiki's 41M passages would
+  take at that rate on this machine (hours).
 
 Specs: `copy@LR` (the copy-aware prefix LM, `model=minilm-copy`), `prefix@LR` (the same prefix
 LM without its copy head) and the MiniLM bert2bert baseline `LR@LAYERS[@fp32|bf16[@random|self]]`
 (decoder layers, dtype, cross-attention init; with the 0.5 decoder-input dropout of
-`model=minilm-bert2bert`). Run under the shared CPU lock:
+`model=minilm-bert2bert`), and `tiny@LR` (conf/model/tiny's T5). Run under the shared CPU lock:
 
     flock /tmp/densex-cpu.lock python benchmarks/propositionizer_probe.py --steps 60 \
         --batch 16 --generate copy@1e-4 prefix@1e-4 3e-4@3@fp32@self
@@ -46,6 +48,7 @@ from densex.propositionizer.copy_build import build_copy_lm
 from densex.propositionizer.pairs import load_squad_open_pairs, split_by_title
 from densex.propositionizer.parse import parse_propositions
 from densex.utils.generation import generate_sorted
+from densex.utils.tiny_t5 import cached_tiny_t5
 
 
 def batch(tok, pairs, max_total: int | None):
@@ -61,9 +64,16 @@ def batch(tok, pairs, max_total: int | None):
     return enc.input_ids, enc.attention_mask, lab
 
 
-def build(spec: str, tmp: Path) -> tuple[Path, dict]:
-    """The model directory of `spec` and its training settings."""
+TINY = {"vocab_size": 2000, "d_model": 64, "num_layers": 2, "num_heads": 4, "d_ff": 128}
+
+
+def build(spec: str, tmp: Path, texts: list[str]) -> tuple[Path, dict]:
+    """The model directory of `spec` and its training settings (`tiny@LR`: conf/model/tiny's
+    T5, its vocabulary trained on the training `texts`)."""
     kind, *rest = spec.split("@")
+    if kind == "tiny":
+        out = cached_tiny_t5(tmp, texts, **TINY)
+        return out, {"lr": float(rest[0]), "bf16": False, "word_dropout": 0.0, "max_total": None}
     if kind in ("copy", "prefix"):
         out = build_copy_lm(tmp / kind, use_copy=kind == "copy")
         return out, {"lr": float(rest[0]), "bf16": False, "word_dropout": 0.0, "max_total": 512}
@@ -119,18 +129,25 @@ def held_loss(model, tok, held, opts: dict, swap: bool = False) -> float:
     return total / count
 
 
-def quality(model, tok, held, max_new_tokens: int) -> dict:
-    """Parse rate, unsupported share and coverage (means over passages) of greedy outputs."""
+def quality(model, tok, held, max_new_tokens: int, batch_size: int) -> dict:
+    """Parse rate, unsupported share and coverage (means over passages) of greedy outputs, and
+    the generation speed (passages/s, output words per passage)."""
     start = time.perf_counter()
     texts, _ = generate_sorted(
-        model, tok, [p["source"] for p in held], 16, max_new_tokens, decode=output_decoder(tok)
+        model,
+        tok,
+        [p["source"] for p in held],
+        batch_size,
+        max_new_tokens,
+        decode=output_decoder(tok),
     )
     seconds = time.perf_counter() - start
-    parsed, unsup, cover = 0, [], []
+    parsed, unsup, cover, words = 0, [], [], 0
     for p, text in zip(held, texts):
         result = parse_propositions(text)
         props = list(result.propositions) if result.ok else []
         parsed += bool(props)
+        words += sum(len(x.split()) for x in props)
         passage = p["source"].split("Content: ", 1)[-1]
         u = unsupported(props, passage, [p["title"]])
         unsup += [u] if u is not None else []
@@ -139,7 +156,8 @@ def quality(model, tok, held, max_new_tokens: int) -> dict:
         "parse": parsed / len(held),
         "unsupported": sum(unsup) / max(len(unsup), 1),
         "coverage": sum(cover) / len(cover),
-        "gen_s": seconds,
+        "pps": len(held) / seconds,
+        "words": words / len(held),
         "example": texts[0][:200],
     }
 
@@ -152,6 +170,7 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--generate", action="store_true", help="also decode the 32 passages")
     ap.add_argument("--max-new-tokens", type=int, default=256)
+    ap.add_argument("--gen-batch", type=int, default=32, help="generation batch (passages)")
     ap.add_argument("--data-dir", type=Path, default=default / "squad-open")
     args = ap.parse_args()
     d = args.data_dir
@@ -161,12 +180,18 @@ def main() -> None:
     held = random.Random(0).sample(val_pairs, 32)
     head = f"{'spec':>18} {'s/step':>7} {'train':>6} {'held':>6} {'swap gap':>8}"
     print(
-        head + (f" {'parse':>6} {'unsup%':>6} {'cover%':>6} {'gen s':>6}" if args.generate else "")
+        head
+        + (
+            f" {'parse':>6} {'unsup%':>6} {'cover%':>6} {'p/s':>6} {'words':>6} {'41M: h':>8}"
+            if args.generate
+            else ""
+        )
     )
     with tempfile.TemporaryDirectory() as tmp:
         for spec in args.specs:
             torch.manual_seed(0)
-            path, opts = build(spec, Path(tmp))
+            texts = [t for p in train_pairs for t in (p["source"], p["target"])]
+            path, opts = build(spec, Path(tmp), texts)
             model, tok = load_seq2seq(path).train(), AutoTokenizer.from_pretrained(path)
             per_step, train_loss = train(model, tok, train_pairs, opts, args.steps, args.batch)
             model.eval()
@@ -174,8 +199,10 @@ def main() -> None:
             gap = held_loss(model, tok, held, opts, swap=True) - loss
             line = f"{spec:>18} {per_step:>7.2f} {train_loss:>6.3f} {loss:>6.3f} {gap:>8.3f}"
             if args.generate:
-                q = quality(model, tok, held, args.max_new_tokens)
-                line += f" {q['parse']:>6.2f} {100 * q['unsupported']:>6.1f} {100 * q['coverage']:>6.1f} {q['gen_s']:>6.0f}"
+                q = quality(model, tok, held, args.max_new_tokens, args.gen_batch)
+                hours = 41e6 / q["pps"] / 3600  # FactoidWiki's passages on this machine
+                line += f" {q['parse']:>6.2f} {100 * q['unsupported']:>6.1f} {100 * q['coverage']:>6.1f}"
+                line += f" {q['pps']:>6.2f} {q['words']:>6.1f} {hours:>8.0f}"
                 line += "\n" + " " * 19 + json.dumps(q["example"], ensure_ascii=False)
             print(line, flush=True)
 

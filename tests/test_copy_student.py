@@ -25,6 +25,10 @@ def copy_dir(tmp_path_factory: pytest.TempPathFactory, minilm_path: str) -> str:
 
 @pytest.fixture(scope="module")
 def sentences(squad_open: Path) -> list[str]:
+    return load_sentences(squad_open)
+
+
+def load_sentences(squad_open: Path) -> list[str]:
     """Sentences of 6-14 words from the first squad-open passages, in file order."""
     out = []
     for line in (squad_open / "passages.jsonl").open(encoding="utf-8"):
