@@ -210,10 +210,25 @@ class CopyPrefixLM(BertPreTrainedModel):
         x = torch.cat([self.embed(input_ids, pos_s, 0), self.embed(dec, pos_t, kind)], 1)
         h, _ = self.run_layers(x, prefix_lm_mask(valid, t))
         src = self.source_view(h[:, :s], input_ids, valid)
-        logp = self.next_log_probs(h[:, s:], src)
+        return CopyLMOutput(loss=-self.label_log_probs(h[:, s:], src, labels).mean())
+
+    def label_log_probs(self, h: torch.Tensor, src: dict, labels: torch.Tensor) -> torch.Tensor:
+        """Log-probability of each kept label (labels != -100, flattened) under the mixture of
+        `next_log_probs`, without materialising the mixture over the vocabulary: the vocabulary
+        path's logits only at the kept positions, the copy path's mass on the label only."""
         keep = labels != -100
-        nll = -logp.gather(-1, labels.clamp_min(0)[..., None]).squeeze(-1)
-        return CopyLMOutput(loss=nll[keep].mean())
+        target = labels[keep]
+        logits = self.vocab_logits(h[keep]).float()
+        log_vocab = -F.cross_entropy(logits, target, reduction="none")
+        if not self.config.use_copy:
+            return log_vocab
+        weights, (log_gen, log_copy) = self.copy_attention(h, src)
+        hit = src["copy_ids"][:, None, :] == labels[:, :, None]
+        copied = (weights.float() * hit).sum(-1)[keep]
+        return torch.logaddexp(
+            log_gen[keep].squeeze(-1).float() + log_vocab,
+            log_copy[keep].squeeze(-1).float() + copied.clamp_min(1e-30).log(),
+        )
 
     def source_view(self, h: torch.Tensor, input_ids: torch.Tensor, valid: torch.Tensor) -> dict:
         """What the head needs of the source (`encode_source`'s keys minus the caches)."""
