@@ -13,7 +13,7 @@ is a gated mixture (pointer-generator, See et al. 2017) of
 
 The target is the propositions joined by one `surface.PROP_TOKEN` and closed by `[SEP]`
 (`backbone.target_ids`); `surface.py` turns generated ids back into text with the source's
-casing. Source and target share the checkpoint's `max_position_embeddings` (`positions_left`).
+casing. Source and target share the checkpoint's `max_position_embeddings`.
 `CopyLMConfig` / `CopyPrefixLM` are registered with transformers' Auto classes on import, so
 `AutoModelForSeq2SeqLM.from_pretrained(dir)` loads an export (`backbone.load_seq2seq`).
 """
@@ -33,7 +33,7 @@ from transformers.models.bert.modeling_bert import BertModel, BertPreTrainedMode
 
 from densex.propositionizer.copy_decode import decode
 
-__all__ = ["MODEL_TYPE", "CopyLMConfig", "CopyLMOutput", "CopyPrefixLM", "positions_left"]
+__all__ = ["MODEL_TYPE", "CopyLMConfig", "CopyLMOutput", "CopyPrefixLM"]
 
 MODEL_TYPE = "densex-copy-lm"
 
@@ -203,8 +203,10 @@ class CopyPrefixLM(BertPreTrainedModel):
         valid = attention_mask.bool()
         lengths = valid.sum(1, keepdim=True)
         pos_t = lengths + torch.arange(t, device=dec.device)
-        if int(pos_t.max()) >= self.config.max_position_embeddings:
-            raise ValueError("source + target exceed max_position_embeddings (positions_left)")
+        room = self.config.max_position_embeddings
+        if bool(((pos_t >= room) & (labels != -100)).any()):
+            raise ValueError(f"source + target exceed the {room} positions they share")
+        pos_t = pos_t.clamp_max(room - 1)  # padding after a short target: ignored labels
         pos_s = torch.arange(s, device=dec.device).expand_as(input_ids)
         kind = self.config.target_token_type
         x = torch.cat([self.embed(input_ids, pos_s, 0), self.embed(dec, pos_t, kind)], 1)
@@ -262,11 +264,6 @@ def prefix_lm_mask(valid: torch.Tensor, t: int) -> torch.Tensor:
     rows_s = torch.cat([valid[:, None, :].expand(-1, s, -1), valid.new_zeros(b, s, t)], 2)
     rows_t = torch.cat([valid[:, None, :].expand(-1, t, -1), causal.expand(b, -1, -1)], 2)
     return torch.cat([rows_s, rows_t], 1)[:, None]
-
-
-def positions_left(config: Any, source_length: int) -> int:
-    """How many target tokens fit after a source of `source_length` tokens."""
-    return int(config.max_position_embeddings) - int(source_length)
 
 
 AutoConfig.register(MODEL_TYPE, CopyLMConfig, exist_ok=True)
