@@ -13,8 +13,8 @@ spec) and is then measured on 32 passages of the held-out articles:
   output words per passage, passages per second and what FactoidWiki's 41M passages would
   take at that rate on this machine (hours).
 
-Specs: `copy@LR` (the copy-aware prefix LM, `model=minilm-copy`), `prefix@LR` (the same prefix
-LM without its copy head) and the MiniLM bert2bert baseline `LR@LAYERS[@fp32|bf16[@random|self]]`
+Specs: `copy@LR[@bf16]` (the copy-aware prefix LM, `model=minilm-copy`; fp32 unless bf16
+autocast is asked for), `prefix@LR[@bf16]` (the same prefix LM without its copy head) and the MiniLM bert2bert baseline `LR@LAYERS[@fp32|bf16[@random|self]]`
 (decoder layers, dtype, cross-attention init; with the 0.5 decoder-input dropout of
 `model=minilm-bert2bert`), and `tiny@LR` (conf/model/tiny's T5). Run under the shared CPU lock:
 
@@ -76,7 +76,8 @@ def build(spec: str, tmp: Path, texts: list[str]) -> tuple[Path, dict]:
         return out, {"lr": float(rest[0]), "bf16": False, "word_dropout": 0.0, "max_total": None}
     if kind in ("copy", "prefix"):
         out = build_copy_lm(tmp / kind, use_copy=kind == "copy")
-        return out, {"lr": float(rest[0]), "bf16": False, "word_dropout": 0.0, "max_total": 512}
+        bf16 = len(rest) > 1 and rest[1] == "bf16"
+        return out, {"lr": float(rest[0]), "bf16": bf16, "word_dropout": 0.0, "max_total": 512}
     layers = int(rest[0])
     dtype = rest[1] if len(rest) > 1 else "bf16"
     init = rest[2] if len(rest) > 2 else "random"
