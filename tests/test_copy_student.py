@@ -12,7 +12,7 @@ import torch
 
 from densex.propositionizer.backbone import load_seq2seq, output_decoder, target_ids
 from densex.propositionizer.copy_build import cached_copy_lm
-from densex.propositionizer.copy_decode import decode
+from densex.propositionizer.copy_decode import decode, decode_step
 from densex.propositionizer.generator import PropositionGenerator
 from densex.propositionizer.module import set_dropout
 from densex.propositionizer.pairs import format_target
@@ -73,12 +73,10 @@ def test_incremental_decoding_scores_equal_the_teacher_forced_loss(copy_dir, sen
     enc, lab = _batch(tok, sentences[:2], [format_target([s]) for s in sentences[2:4]])
     with torch.no_grad():
         loss = model(input_ids=enc.input_ids, attention_mask=enc.attention_mask, labels=lab).loss
-        from densex.propositionizer.copy_decode import _step
-
         src = model.encode_source(enc.input_ids, enc.attention_mask)
         inputs, cache, nll = model.prepare_decoder_input_ids_from_labels(lab), src["cache"], []
         for t in range(lab.shape[1]):
-            logp, cache = _step(model, src, cache, inputs[:, t], t)
+            logp, cache = decode_step(model, src, cache, inputs[:, t], t)
             nll += [-logp[b, lab[b, t]] for b in range(2) if lab[b, t] != -100]
     assert float(loss) == pytest.approx(float(torch.stack(nll).mean()), rel=1e-4)
     greedy = decode(model, enc.input_ids, enc.attention_mask, 8, num_beams=1)

@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["decode"]
+__all__ = ["decode", "decode_step"]
 
 
 def decode(
@@ -38,7 +38,7 @@ def decode(
     return out
 
 
-def _step(model: Any, src: dict, cache: list, token: torch.Tensor, t: int) -> tuple:
+def decode_step(model: Any, src: dict, cache: list, token: torch.Tensor, t: int) -> tuple:
     """Feed `token` (R,) at target step `t`: (next-token log-probs (R, V), the new cache)."""
     pos = (src["lengths"] + t)[:, None]
     x = model.embed(token[:, None], pos, model.config.target_token_type)
@@ -57,7 +57,7 @@ def _greedy(model: Any, src: dict, steps: int) -> torch.Tensor:
     out, cache = [token], src["cache"]
     done = torch.zeros_like(token, dtype=torch.bool)
     for t in range(steps):
-        logp, cache = _step(model, src, cache, token, t)
+        logp, cache = decode_step(model, src, cache, token, t)
         token = logp.argmax(-1).masked_fill(done, cfg.pad_token_id)
         out.append(token)
         done |= token == cfg.eos_token_id
@@ -83,7 +83,7 @@ def _beam(model: Any, src: dict, steps: int, k: int) -> torch.Tensor:
     finished: list[list[tuple[float, list[int]]]] = [[] for _ in range(n)]
     done = [False] * n
     for t in range(steps):
-        logp, cache = _step(model, src, cache, seqs[:, -1], t)
+        logp, cache = decode_step(model, src, cache, seqs[:, -1], t)
         cand = (scores.reshape(-1, 1) + logp).reshape(n, -1)
         top, idx = cand.topk(2 * k, dim=1)
         choice = _select(top, idx, logp.shape[-1], k, seqs, finished, done, t + 1, cfg)
