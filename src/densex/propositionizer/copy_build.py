@@ -47,6 +47,9 @@ def build_copy_lm(
         )
     settings = {k: v for k, v in base.config.to_dict().items() if k not in _NOT_COPIED}
     settings |= {
+        # attention dropout off: with it, CPU attention falls back from the flash kernel to the
+        # one that keeps every (length x length) attention map for the backward pass
+        "attention_probs_dropout_prob": 0.0,
         "vocab_size": len(tok),
         "use_copy": use_copy,
         "copy_scale": copy_scale,

@@ -132,9 +132,12 @@ class CopyPrefixLM(BertPreTrainedModel):
             cache.append((k, v))
         return x, cache
 
-    def embed(self, ids: torch.Tensor, positions: torch.Tensor, token_type: int) -> torch.Tensor:
-        """Word + position + token-type embeddings (BERT's, LayerNorm and dropout included)."""
-        types = torch.full_like(ids, token_type)
+    def embed(
+        self, ids: torch.Tensor, positions: torch.Tensor, token_type: int | torch.Tensor
+    ) -> torch.Tensor:
+        """Word + position + token-type embeddings (BERT's, LayerNorm and dropout included);
+        `token_type` one for all or one per token."""
+        types = token_type if torch.is_tensor(token_type) else torch.full_like(ids, token_type)
         return self.bert.embeddings(input_ids=ids, token_type_ids=types, position_ids=positions)
 
     def encode_source(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> dict:
@@ -144,7 +147,7 @@ class CopyPrefixLM(BertPreTrainedModel):
         valid = attention_mask.bool()
         pos = torch.arange(s, device=input_ids.device).expand_as(input_ids)
         mask = valid[:, None, None, :].expand(-1, 1, s, s)
-        h, cache = self.run_layers(self.embed(input_ids, pos, 0), mask)
+        h, cache = self.run_layers(self.embed(input_ids, pos, 0), mask)  # a source-only pass
         view = self.source_view(h, input_ids, valid)
         return {**view, "cache": cache, "valid": valid, "lengths": valid.sum(1)}
 
@@ -199,20 +202,19 @@ class CopyPrefixLM(BertPreTrainedModel):
             return CopyLMOutput(loss=None)
         dec = decoder_input_ids
         dec = self.prepare_decoder_input_ids_from_labels(labels) if dec is None else dec
-        s, t = input_ids.shape[1], dec.shape[1]
-        valid = attention_mask.bool()
-        lengths = valid.sum(1, keepdim=True)
-        pos_t = lengths + torch.arange(t, device=dec.device)
+        valid, keep = attention_mask.bool(), labels != -100
+        width = int((valid.sum(1) + keep.sum(1)).max())
         room = self.config.max_position_embeddings
-        if bool(((pos_t >= room) & (labels != -100)).any()):
-            raise ValueError(f"source + target exceed the {room} positions they share")
-        pos_t = pos_t.clamp_max(room - 1)  # padding after a short target: ignored labels
-        pos_s = torch.arange(s, device=dec.device).expand_as(input_ids)
-        kind = self.config.target_token_type
-        x = torch.cat([self.embed(input_ids, pos_s, 0), self.embed(dec, pos_t, kind)], 1)
-        h, _ = self.run_layers(x, prefix_lm_mask(valid, t))
-        src = self.source_view(h[:, :s], input_ids, valid)
-        return CopyLMOutput(loss=-self.label_log_probs(h[:, s:], src, labels).mean())
+        if width > room:
+            raise ValueError(
+                f"source + target ({width} tokens) exceed the {room} positions they share"
+            )
+        ids, types, mask, at = pack_prefix_lm(input_ids, valid, dec, keep, width, self.config)
+        pos = torch.arange(width, device=ids.device).expand_as(ids)
+        h, _ = self.run_layers(self.embed(ids, pos, types), mask)
+        src = self.source_view(h[:, : input_ids.shape[1]], input_ids, valid)
+        h_target = h.gather(1, at[..., None].expand(-1, -1, h.shape[-1]))
+        return CopyLMOutput(loss=-self.label_log_probs(h_target, src, labels).mean())
 
     def label_log_probs(self, h: torch.Tensor, src: dict, labels: torch.Tensor) -> torch.Tensor:
         """Log-probability of each kept label (labels != -100, flattened) under the mixture of
@@ -255,15 +257,33 @@ class CopyPrefixLM(BertPreTrainedModel):
         return decode(self, input_ids, attention_mask, max_new_tokens, num_beams)
 
 
-def prefix_lm_mask(valid: torch.Tensor, t: int) -> torch.Tensor:
-    """UniLM's seq2seq mask (B, 1, S+T, S+T) for sources with key mask `valid` (B, S) and `t`
-    target tokens: source rows see the valid source, target rows the valid source and the
-    target up to themselves."""
-    b, s = valid.shape
-    causal = torch.ones(t, t, dtype=torch.bool, device=valid.device).tril()
-    rows_s = torch.cat([valid[:, None, :].expand(-1, s, -1), valid.new_zeros(b, s, t)], 2)
-    rows_t = torch.cat([valid[:, None, :].expand(-1, t, -1), causal.expand(b, -1, -1)], 2)
-    return torch.cat([rows_s, rows_t], 1)[:, None]
+def pack_prefix_lm(
+    input_ids: torch.Tensor,
+    valid: torch.Tensor,
+    dec: torch.Tensor,
+    keep: torch.Tensor,
+    width: int,
+    config: Any,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Each row's source (its `valid` tokens) and target inputs (`dec` where `keep`) packed
+    side by side into `width` positions, padding only at the end (so a batch costs its longest
+    pair, not its longest source plus its longest target). Returns the ids, token types,
+    UniLM's seq2seq mask (B, 1, W, W: source rows see the source, every other row the source
+    and the rows from the target's start up to itself) and each target slot's position (B, T;
+    slots past a row's target point at its last position, their labels are ignored)."""
+    b, t = dec.shape
+    n = valid.sum(1)
+    ids = input_ids.new_full((b, width), config.pad_token_id)
+    ids[:, : input_ids.shape[1]] = input_ids.masked_fill(~valid, config.pad_token_id)
+    at = (n[:, None] + torch.arange(t, device=dec.device)).clamp_max(width - 1)
+    rows = torch.arange(b, device=dec.device)[:, None].expand(-1, t)
+    ids[rows[keep], at[keep]] = dec[keep]
+    pos = torch.arange(width, device=dec.device)
+    source = pos[None, :] < n[:, None]  # (B, W)
+    types = (~source).long() * config.target_token_type
+    causal = pos[:, None] >= pos[None, :]  # (W, W): row i sees column j <= i
+    mask = source[:, None, :] | (~source[:, :, None] & causal[None])
+    return ids, types, mask[:, None], at
 
 
 AutoConfig.register(MODEL_TYPE, CopyLMConfig, exist_ok=True)
