@@ -19,6 +19,7 @@ from densex.utils.models import resolve_model
 
 __all__ = ["build_copy_lm", "cached_copy_lm"]
 
+BUILD_VERSION = 3  # bump when the built directory changes (new head weights, settings)
 _NOT_COPIED = {"model_type", "architectures", "transformers_version", "_name_or_path", "vocab_size"}
 
 
@@ -82,7 +83,7 @@ def cached_copy_lm(cache_dir: str | os.PathLike, **spec: Any) -> str:
     path = Path(resolve_model(spec.get("encoder", "packaged:minilm")))
     files = sorted(path.glob("*.safetensors")) or sorted(path.glob("*.bin"))
     weights = [hash_file(f)[:16] for f in files] if path.is_dir() else str(path)
-    key = content_key(spec=spec, weights=weights)
+    key = content_key(spec=spec, weights=weights, build=BUILD_VERSION)
     out = artifact_dir(cache_dir, "copy_lm", key=key)
-    manifest = {"kind": "copy_lm", "spec": spec, "weights_sha256": weights}
+    manifest = {"kind": "copy_lm", "build": BUILD_VERSION, "spec": spec, "weights_sha256": weights}
     return str(ensure_built_dir(out, lambda tmp: build_copy_lm(tmp, **spec), manifest))

@@ -38,14 +38,16 @@ def decode(
     return out
 
 
-def decode_step(model: Any, src: dict, cache: list, token: torch.Tensor, t: int) -> tuple:
-    """Feed `token` (R,) at target step `t`: (next-token log-probs (R, V), the new cache)."""
+def decode_step(model: Any, src: dict, cache: list, fed: torch.Tensor, t: int) -> tuple:
+    """Feed the last of the tokens `fed` so far (R, t + 1) at target step `t`: (next-token
+    log-probs (R, V), the new cache)."""
+    token = fed[:, -1]
     pos = (src["lengths"] + t)[:, None]
     x = model.embed(token[:, None], pos, model.config.target_token_type)
     seen = torch.ones(token.shape[0], t + 1, dtype=torch.bool, device=token.device)
     mask = torch.cat([src["valid"], seen], 1)[:, None, None, :]
     h, cache = model.run_layers(x, mask, cache)
-    logp = model.next_log_probs(h, src)[:, 0]
+    logp = model.next_log_probs(h, src, model.step_history(fed))[:, 0]
     banned = [model.config.pad_token_id, model.config.decoder_start_token_id]
     logp[:, banned] = float("-inf")
     return logp, cache
@@ -54,16 +56,16 @@ def decode_step(model: Any, src: dict, cache: list, token: torch.Tensor, t: int)
 def _greedy(model: Any, src: dict, steps: int) -> torch.Tensor:
     cfg = model.config
     token = torch.full_like(src["lengths"], cfg.decoder_start_token_id)
-    out, cache = [token], src["cache"]
+    out, cache = token[:, None], src["cache"]
     done = torch.zeros_like(token, dtype=torch.bool)
     for t in range(steps):
-        logp, cache = decode_step(model, src, cache, token, t)
+        logp, cache = decode_step(model, src, cache, out, t)
         token = logp.argmax(-1).masked_fill(done, cfg.pad_token_id)
-        out.append(token)
+        out = torch.cat([out, token[:, None]], 1)
         done |= token == cfg.eos_token_id
         if bool(done.all()):
             break
-    return torch.stack(out, 1)
+    return out
 
 
 def _expand(src: dict, k: int) -> dict:
@@ -83,7 +85,7 @@ def _beam(model: Any, src: dict, steps: int, k: int) -> torch.Tensor:
     finished: list[list[tuple[float, list[int]]]] = [[] for _ in range(n)]
     done = [False] * n
     for t in range(steps):
-        logp, cache = decode_step(model, src, cache, seqs[:, -1], t)
+        logp, cache = decode_step(model, src, cache, seqs, t)
         cand = (scores.reshape(-1, 1) + logp).reshape(n, -1)
         top, idx = cand.topk(2 * k, dim=1)
         choice = _select(top, idx, logp.shape[-1], k, seqs, finished, done, t + 1, cfg)

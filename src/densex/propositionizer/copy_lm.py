@@ -9,7 +9,9 @@ is a gated mixture (pointer-generator, See et al. 2017) of
 - the vocabulary distribution: a dense + LayerNorm transform, then the tied word embeddings;
 - a copy distribution over source positions: a cosine attention of the target state against
   the final state of the *preceding* source position, so "copy the token after the one I
-  match" is the initial behaviour (an induction-head prior; see docs/architecture.md).
+  match" is the initial behaviour (an induction-head prior; see docs/architecture.md), plus a
+  learnt bonus when the last 1..`NGRAM` target tokens equal the source tokens before a
+  candidate (so a copied run continues where it is, not at an earlier repeat of its token).
 
 The target is the propositions joined by one `surface.PROP_TOKEN` and closed by `[SEP]`
 (`backbone.target_ids`); `surface.py` turns generated ids back into text with the source's
@@ -36,12 +38,13 @@ from densex.propositionizer.copy_decode import decode
 __all__ = ["MODEL_TYPE", "CopyLMConfig", "CopyLMOutput", "CopyPrefixLM"]
 
 MODEL_TYPE = "densex-copy-lm"
+NGRAM = 4  # the copy head's continuation bonus looks at up to this many previous tokens
 
 
 class CopyLMConfig(BertConfig):
     """BERT's config plus the student's: `use_copy` (False: the plain prefix LM, for the
-    ablation), the copy attention's initial scale, the proposition separator's id and the
-    target segment's token type."""
+    ablation), the copy attention's initial scale and n-gram bonus, the proposition
+    separator's id and the target segment's token type."""
 
     model_type = MODEL_TYPE
 
@@ -49,6 +52,7 @@ class CopyLMConfig(BertConfig):
         self,
         use_copy: bool = True,
         copy_scale: float = 10.0,
+        copy_ngram_bonus: float = 2.0,
         prop_token_id: int | None = None,
         target_token_type: int = 1,
         **kwargs: Any,
@@ -56,6 +60,7 @@ class CopyLMConfig(BertConfig):
         super().__init__(**kwargs)
         self.use_copy = use_copy
         self.copy_scale = copy_scale
+        self.copy_ngram_bonus = copy_ngram_bonus
         self.prop_token_id = prop_token_id
         self.target_token_type = target_token_type
 
@@ -85,6 +90,7 @@ class CopyPrefixLM(BertPreTrainedModel):
         self.copy_query = nn.Linear(h, h)
         self.copy_key = nn.Linear(h, h)
         self.copy_log_scale = nn.Parameter(torch.tensor(math.log(config.copy_scale)))
+        self.copy_ngram = nn.Parameter(torch.full((NGRAM,), config.copy_ngram_bonus))
         self.gate = nn.Linear(2 * h, 1)
         self.post_init()
         self.generation_config = GenerationConfig(
@@ -105,6 +111,7 @@ class CopyPrefixLM(BertPreTrainedModel):
             self.transform_norm.reset_parameters()
             self.vocab_bias.zero_()
             self.copy_log_scale.fill_(math.log(self.config.copy_scale))
+            self.copy_ngram.fill_(self.config.copy_ngram_bonus)
             self.gate.weight.zero_()
             self.gate.bias.zero_()
 
@@ -157,24 +164,33 @@ class CopyPrefixLM(BertPreTrainedModel):
         z = self.transform_norm(self.transform(h))
         return F.linear(z, self.bert.embeddings.word_embeddings.weight, self.vocab_bias)
 
-    def copy_attention(self, h: torch.Tensor, src: dict) -> tuple[torch.Tensor, torch.Tensor]:
-        """(copy weights over source candidates (B, T, S-1), log gate of the vocabulary path
-        (B, T, 1) and of the copy path) for target states `h` (B, T, h)."""
+    def copy_attention(
+        self, h: torch.Tensor, src: dict, history: torch.Tensor
+    ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
+        """(copy weights over source candidates (B, T, S-1), (log gate of the vocabulary path,
+        of the copy path) (B, T, 1)) for target states `h` (B, T, h) whose last `NGRAM` input
+        tokens are `history` (B, T, NGRAM; most recent first, -1 before the start). A
+        candidate whose preceding source tokens equal those inputs gets a learnt bonus per
+        matched length (the exact continuation of a copied run)."""
         q = F.normalize(self.copy_query(h), dim=-1)
         scores = self.copy_log_scale.exp() * q @ src["copy_keys"].transpose(1, 2)
+        matched = torch.ones_like(scores, dtype=torch.bool)
+        for k in range(NGRAM):  # src["before"][..., k]: the source token k+1 before a candidate
+            matched = matched & (src["before"][:, None, :, k] == history[:, :, None, k])
+            scores = scores + self.copy_ngram[k] * matched
         scores = scores.masked_fill(~src["copy_valid"][:, None, :], float("-inf"))
         weights = scores.softmax(-1)
         context = weights @ src["states"][:, 1:]
         z = self.gate(torch.cat([h, context], -1))
         return weights, (F.logsigmoid(z), F.logsigmoid(-z))
 
-    def next_log_probs(self, h: torch.Tensor, src: dict) -> torch.Tensor:
+    def next_log_probs(self, h: torch.Tensor, src: dict, history: torch.Tensor) -> torch.Tensor:
         """Log-probabilities over the vocabulary of the next token for target states
         `h` (B, T, h): the gated mixture of the vocabulary and copy distributions."""
         logp = self.vocab_logits(h).float().log_softmax(-1)
         if not self.config.use_copy:
             return logp
-        weights, (log_gen, log_copy) = self.copy_attention(h, src)
+        weights, (log_gen, log_copy) = self.copy_attention(h, src, history)
         index = src["copy_ids"][:, None, :].expand(-1, h.shape[1], -1)
         copy = torch.zeros_like(logp).scatter_add_(-1, index, weights.float())
         return torch.logaddexp(
@@ -214,9 +230,12 @@ class CopyPrefixLM(BertPreTrainedModel):
         h, _ = self.run_layers(self.embed(ids, pos, types), mask)
         src = self.source_view(h[:, : input_ids.shape[1]], input_ids, valid)
         h_target = h.gather(1, at[..., None].expand(-1, -1, h.shape[-1]))
-        return CopyLMOutput(loss=-self.label_log_probs(h_target, src, labels).mean())
+        logp = self.label_log_probs(h_target, src, labels, input_history(dec))
+        return CopyLMOutput(loss=-logp.mean())
 
-    def label_log_probs(self, h: torch.Tensor, src: dict, labels: torch.Tensor) -> torch.Tensor:
+    def label_log_probs(
+        self, h: torch.Tensor, src: dict, labels: torch.Tensor, history: torch.Tensor
+    ) -> torch.Tensor:
         """Log-probability of each kept label (labels != -100, flattened) under the mixture of
         `next_log_probs`, without materialising the mixture over the vocabulary: the vocabulary
         path's logits only at the kept positions, the copy path's mass on the label only."""
@@ -226,7 +245,7 @@ class CopyPrefixLM(BertPreTrainedModel):
         log_vocab = -F.cross_entropy(logits, target, reduction="none")
         if not self.config.use_copy:
             return log_vocab
-        weights, (log_gen, log_copy) = self.copy_attention(h, src)
+        weights, (log_gen, log_copy) = self.copy_attention(h, src, history)
         hit = src["copy_ids"][:, None, :] == labels[:, :, None]
         copied = (weights.float() * hit).sum(-1)[keep]
         return torch.logaddexp(
@@ -236,14 +255,22 @@ class CopyPrefixLM(BertPreTrainedModel):
 
     def source_view(self, h: torch.Tensor, input_ids: torch.Tensor, valid: torch.Tensor) -> dict:
         """What the head needs of the source (`encode_source`'s keys minus the caches)."""
+        before = input_history(input_ids[:, :-1], fill=-2)  # never equal to a history's -1
         return {
             "states": h,
             "copy_keys": F.normalize(self.copy_key(h[:, :-1]), dim=-1),
             "copy_ids": input_ids[:, 1:],
             "copy_valid": valid[:, 1:],
+            "before": before,
         }
 
     # ---- generation --------------------------------------------------------------------------
+    @staticmethod
+    def step_history(fed: torch.Tensor) -> torch.Tensor:
+        """The copy head's `history` (R, 1, NGRAM) for the next step, from the tokens fed so far
+        (R, t + 1)."""
+        return input_history(fed[:, -NGRAM:])[:, -1:]
+
     @torch.no_grad()
     def generate(
         self,
@@ -255,6 +282,16 @@ class CopyPrefixLM(BertPreTrainedModel):
     ) -> torch.Tensor:
         """Greedy (`num_beams` 1) or beam decoding (`copy_decode.decode`)."""
         return decode(self, input_ids, attention_mask, max_new_tokens, num_beams)
+
+
+def input_history(ids: torch.Tensor, fill: int = -1) -> torch.Tensor:
+    """(B, T, NGRAM): at each position the token there and the `NGRAM` - 1 before it, most
+    recent first (`fill` before the first)."""
+    cols = [ids]
+    for k in range(1, NGRAM):
+        pad = ids.new_full((ids.shape[0], min(k, ids.shape[1])), fill)
+        cols.append(torch.cat([pad, ids[:, : max(ids.shape[1] - k, 0)]], 1))
+    return torch.stack(cols, -1)
 
 
 def pack_prefix_lm(
