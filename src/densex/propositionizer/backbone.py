@@ -7,15 +7,23 @@ the functions here for what the two families do differently: how targets are tok
 adds `</s>`; BERT adds `[CLS] ... [SEP]`, and the `[CLS]` must not be a label because it is the
 decoder start token), which token ends a sequence (`eos` or `[SEP]`), and whether the tokenizer
 lower-cases (an uncased BERT writes lower-cased propositions).
+
+The copy-aware student (`copy_lm.py`, built by `copy_build.py`) is the third family. Its
+tokenizer carries the `[PROP]` token (`proposition_separator`), and that is what marks it: its
+targets are the propositions joined by `[PROP]` instead of a JSON string (`target_ids`), and its
+generated ids become the JSON list through the source's surface forms (`output_decoder`).
+`load_seq2seq` loads any of the three.
 """
 
 from __future__ import annotations
 
+import json
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from densex.propositionizer.surface import PROP_TOKEN, decode_propositions
 from densex.utils.cache import artifact_dir, content_key, ensure_built_dir, hash_file
 from densex.utils.logging import get_logger
 from densex.utils.models import resolve_model
@@ -37,14 +45,58 @@ def start_token_id(tokenizer: Any) -> int | None:
     return first if first is not None and first in specials - {None} else None
 
 
+def proposition_separator(tokenizer: Any) -> int | None:
+    """The id of the `[PROP]` separator of a copy-aware student's tokenizer, else None."""
+    vocab = tokenizer.get_vocab()
+    return vocab.get(PROP_TOKEN)
+
+
+def load_seq2seq(path: str | os.PathLike, **kwargs: Any) -> Any:
+    """`AutoModelForSeq2SeqLM.from_pretrained(path, **kwargs)`, the copy-aware student's
+    classes registered first (a T5, a bert2bert or a `copy_lm` export)."""
+    from transformers import AutoModelForSeq2SeqLM
+
+    import densex.propositionizer.copy_lm  # noqa: F401  (registers the Auto classes)
+
+    return AutoModelForSeq2SeqLM.from_pretrained(path, **kwargs)
+
+
+def output_decoder(tokenizer: Any) -> Callable[[Any, Sequence[str]], list[str]] | None:
+    """How generated ids become text for this tokenizer's family: for the copy-aware student,
+    `(ids, sources) -> JSON lists` in the sources' surface forms (`surface.py`); None (the
+    tokenizer's own `batch_decode`) for the others."""
+    separator = proposition_separator(tokenizer)
+    if separator is None:
+        return None
+    return lambda ids, sources: decode_propositions(tokenizer, ids, sources, separator)
+
+
 def target_ids(tokenizer: Any, texts: Sequence[str]) -> list[list[int]]:
-    """Label token ids of `texts`: the tokenizer's own special tokens, minus a leading start
-    token (`[CLS]`), which the model prepends itself as `decoder_start_token_id`."""
+    """Label token ids of `texts` (JSON lists of propositions): the tokenizer's own special
+    tokens, minus a leading start token (`[CLS]`), which the model prepends itself as
+    `decoder_start_token_id`. For the copy-aware student: the propositions' tokens joined by
+    `[PROP]`, then `[SEP]`."""
+    separator = proposition_separator(tokenizer)
+    if separator is not None:
+        return _separated_ids(tokenizer, texts, separator)
     ids = tokenizer(text_target=list(texts), add_special_tokens=True)["input_ids"]
     start = start_token_id(tokenizer)
     if start is None:
         return ids
     return [x[1:] if x and x[0] == start else x for x in ids]
+
+
+def _separated_ids(tokenizer: Any, texts: Sequence[str], separator: int) -> list[list[int]]:
+    lists = [json.loads(t) for t in texts]
+    flat = [p for props in lists for p in props]
+    pieces = iter(tokenizer(flat, add_special_tokens=False)["input_ids"]) if flat else iter(())
+    out = []
+    for props in lists:
+        ids: list[int] = []
+        for k in range(len(props)):
+            ids += ([separator] if k else []) + next(pieces)
+        out.append(ids + [tokenizer.sep_token_id])
+    return out
 
 
 def truncate_ids(ids: list[int], max_len: int, end: int | None) -> list[int]:

@@ -37,7 +37,9 @@ class PropositionDataModule(pl.LightningDataModule):
     `format` picks the reader: ``squad-open`` (`passages` + `propositions` JSONL), ``hf``
     (`path`: a `save_to_disk` directory, or `dataset`: an in-memory `datasets.Dataset`) or
     ``jsonl`` (`path`). The tokenizer comes from the model (`set_tokenizer`), because a tiny
-    test model's vocabulary is trained on these very pairs.
+    test model's vocabulary is trained on these very pairs. `max_total_length` (a prefix LM,
+    whose source and target share the positions) also cuts each target to that many tokens
+    minus its source's.
     """
 
     def __init__(
@@ -55,6 +57,7 @@ class PropositionDataModule(pl.LightningDataModule):
         limit_val: int | None = None,
         max_source_length: int = 512,
         max_target_length: int = 512,
+        max_total_length: int | None = None,
         per_device_batch_size: int = 8,
         eval_batch_size: int | None = None,
         group_by_length: bool = True,
@@ -127,19 +130,28 @@ class PropositionDataModule(pl.LightningDataModule):
         tgt = target_ids(tok, [p["target"] for p in pairs])
         end = end_token_id(tok)
         n_src = sum(len(s) > h.max_source_length for s in src)
-        n_tgt = sum(len(t) > h.max_target_length for t in tgt)
+        src = [truncate_ids(s, h.max_source_length, end) for s in src]
+        room = [min(h.max_target_length, (h.max_total_length or 1 << 30) - len(s)) for s in src]
+        n_tgt = sum(len(t) > r for t, r in zip(tgt, room))
         self.stats.update({f"{name}/truncated_sources": n_src, f"{name}/truncated_targets": n_tgt})
         self.stats[f"{name}/pairs"] = len(pairs)
         if n_src or n_tgt:
             log.warning(
-                "%s: truncated %d/%d sources to %d tokens and %d/%d targets to %d tokens",
+                "%s: truncated %d/%d sources to %d tokens and %d/%d targets to %d tokens (or to fit)",
                 name, n_src, len(pairs), h.max_source_length, n_tgt, len(pairs), h.max_target_length,
             )  # fmt: skip
         items = []
-        for p, s, t in zip(pairs, src, tgt):
-            s = truncate_ids(s, h.max_source_length, end)
-            t = truncate_ids(t, h.max_target_length, end)
-            items.append({"input_ids": s, "labels": t, "id": p["id"], "target": p["target"]})
+        for p, s, t, r in zip(pairs, src, tgt, room):
+            t = truncate_ids(t, r, end)
+            items.append(
+                {
+                    "input_ids": s,
+                    "labels": t,
+                    "id": p["id"],
+                    "target": p["target"],
+                    "source": p["source"],
+                }
+            )
         return items
 
     def setup(self, stage: str | None = None) -> None:
@@ -159,7 +171,7 @@ class PropositionDataModule(pl.LightningDataModule):
 
     def _collate(self, features: list[dict[str, Any]]) -> dict[str, Any]:
         """DataCollatorForSeq2Seq on the tensors; ids and raw targets ride along as lists."""
-        extra = {k: [f[k] for f in features] for k in ("id", "target")}
+        extra = {k: [f[k] for f in features] for k in ("id", "target", "source")}
         batch = self.collator(
             [
                 {

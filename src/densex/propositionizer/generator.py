@@ -16,6 +16,7 @@ import torch
 from pytorch_lightning.callbacks import BasePredictionWriter
 from torch.utils.data import DataLoader, IterableDataset
 
+from densex.propositionizer.backbone import load_seq2seq, output_decoder
 from densex.utils.generation import generate_sorted
 from densex.utils.io import DataError, read_jsonl, write_jsonl
 from densex.utils.locks import claim_each, release
@@ -71,13 +72,13 @@ class PropositionGenerator(pl.LightningModule):
     def setup(self, stage: str | None = None) -> None:
         if self.model is not None:
             return
-        from transformers import AutoModelForSeq2SeqLM, AutoTokenizer  # lazy: seconds to import
+        from transformers import AutoTokenizer  # lazy: seconds to import
 
         self.tokenizer = AutoTokenizer.from_pretrained(self.model_name_or_path)
         self.tokenizer.model_max_length = self.max_source_length
         # loaded directly in an explicit dtype; `auto` waits for the device (on_predict_start)
         dtype = torch.float32 if self.dtype_name == "auto" else resolve_dtype(self.dtype_name)
-        self.model = AutoModelForSeq2SeqLM.from_pretrained(self.model_name_or_path, dtype=dtype)
+        self.model = load_seq2seq(self.model_name_or_path, dtype=dtype)
         self.model.eval()
 
     def on_predict_start(self) -> None:
@@ -105,6 +106,7 @@ class PropositionGenerator(pl.LightningModule):
             self.batch_size,
             self.max_new_tokens,
             self.num_beams,
+            decode=output_decoder(self.tokenizer),
         )
 
     def predict_step(self, batch: Mapping[str, Any], batch_idx: int) -> dict[str, Any]:

@@ -18,7 +18,7 @@ import pytorch_lightning as pl
 import torch
 
 from densex.metrics.set_f1 import SetF1Result, SetF1Scorer
-from densex.propositionizer.backbone import corrupt_decoder_inputs
+from densex.propositionizer.backbone import corrupt_decoder_inputs, load_seq2seq, output_decoder
 from densex.propositionizer.export import export_hf
 from densex.propositionizer.parse import parse_propositions
 from densex.utils.logging import get_logger
@@ -104,7 +104,7 @@ class PropositionizerModule(pl.LightningModule):
         decoder_input_dropout: float = 0.0,
     ) -> None:
         super().__init__()
-        from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+        from transformers import AutoTokenizer
 
         # the factories stay out of the checkpoint (loaded with weights_only=True on resume);
         # their settings are in the run's logged config
@@ -113,7 +113,7 @@ class PropositionizerModule(pl.LightningModule):
         self.scheduler_factory = scheduler
         path = resolve_model(name_or_path)
         # from_pretrained returns eval mode (dropout off); Lightning keeps submodule modes
-        self.model = AutoModelForSeq2SeqLM.from_pretrained(path).train()
+        self.model = load_seq2seq(path).train()
         self.tokenizer = AutoTokenizer.from_pretrained(path, model_max_length=max_source_length)
         if dropout is not None:  # e.g. 0 for overfitting checks; None keeps the model's own
             set_dropout(self.model, dropout)
@@ -181,8 +181,11 @@ class PropositionizerModule(pl.LightningModule):
 
     # ---- validation --------------------------------------------------------------------------
     @torch.no_grad()
-    def generate(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> list[str]:
-        """Greedy (or beam, if configured) decoding of the JSON proposition list."""
+    def generate(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, sources: list[str]
+    ) -> list[str]:
+        """Greedy (or beam, if configured) decoding of the JSON proposition list (`sources`:
+        the texts of `input_ids`, for a decoder that copies their surface forms)."""
         out = self.model.generate(
             input_ids=input_ids,
             attention_mask=attention_mask,
@@ -190,6 +193,9 @@ class PropositionizerModule(pl.LightningModule):
             num_beams=self.hparams.num_beams,
             do_sample=False,
         )
+        decode = output_decoder(self.tokenizer)  # None: the tokenizer's own batch_decode
+        if decode is not None:
+            return decode(out, sources)
         return self.tokenizer.batch_decode(out, skip_special_tokens=True)
 
     def validation_step(self, batch: dict[str, Any], batch_idx: int) -> None:
@@ -199,7 +205,9 @@ class PropositionizerModule(pl.LightningModule):
         if self.trainer.sanity_checking:  # loss only: no need to load the metric model
             return
         for pid, pred, gold in zip(
-            batch["id"], self.generate(batch["input_ids"], batch["attention_mask"]), batch["target"]
+            batch["id"],
+            self.generate(batch["input_ids"], batch["attention_mask"], batch["source"]),
+            batch["target"],
         ):
             self._val_outputs.append({"id": pid, "prediction": pred, "target": gold})
 

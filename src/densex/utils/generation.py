@@ -48,6 +48,7 @@ def generate_sorted(
     lengths: Sequence[int] | None = None,
     on_batch: Callable[[int], None] | None = None,
     device: Any = None,
+    decode: Callable[[torch.Tensor, Sequence[str]], list[str]] | None = None,
 ) -> tuple[list[str], list[bool]]:
     """Decode every source (greedy, or beam search with `num_beams` > 1), longest first in
     batches of `batch_size`, inputs truncated at `tokenizer.model_max_length`.
@@ -55,7 +56,8 @@ def generate_sorted(
     Returns the texts in input order and, per text, whether it hit `max_new_tokens` without an
     end-of-sequence token. `lengths` (token counts) sets the order when the caller has them;
     `on_batch(n)` is called after each batch of n sources (progress); inputs go to `device`
-    (default: the model's).
+    (default: the model's); `decode(ids, batch_sources)` turns a batch's generated ids into
+    texts (default: `tokenizer.batch_decode` without special tokens).
     """
     if lengths is None:
         lengths = [len(ids) for ids in tokenizer(list(sources), truncation=True)["input_ids"]]
@@ -71,7 +73,11 @@ def generate_sorted(
         out = model.generate(
             **enc, max_new_tokens=max_new_tokens, num_beams=num_beams, do_sample=False
         )
-        decoded = tokenizer.batch_decode(out, skip_special_tokens=True)
+        batch = [sources[i] for i in idx]
+        if decode is None:
+            decoded = tokenizer.batch_decode(out, skip_special_tokens=True)
+        else:
+            decoded = decode(out, batch)
         hit = hit_max_new_tokens(out, eos, max_new_tokens)
         for row, i in enumerate(idx):
             texts[i], cut[i] = decoded[row], hit[row]

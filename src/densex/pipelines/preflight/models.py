@@ -43,12 +43,15 @@ def check_retrieval_models(cfg: DictConfig, entry: str) -> dict[str, str]:
 
 
 def check_train_models(model: DictConfig) -> dict[str, str]:
-    """The model to fine-tune and the set-F1 metric's backbone."""
+    """The model to fine-tune (with a `warm_start`, the checkpoint it is built from) and the
+    set-F1 metric's backbone."""
+    warm = model.get("warm_start") or {}
+    key = "model.warm_start.encoder" if warm else "model.name_or_path"
     found = {
-        "model.name_or_path": check_model(
-            model.get("name_or_path"),
-            "model.name_or_path",
-            ["model.name_or_path=/local/dir", "model=tiny (a CPU smoke run)"],
+        key: check_model(
+            warm.get("encoder", "packaged:minilm") if warm else model.get("name_or_path"),
+            key,
+            [f"{key}=/local/dir", "model=tiny (a CPU smoke run)"],
         )
     }
     metric = model.get("metric") or {}

@@ -1,0 +1,143 @@
+"""Greedy and beam decoding of the copy-aware prefix LM (`copy_lm.CopyPrefixLM`).
+
+The source is encoded once (its per-layer keys and values are the cache every target step
+attends to); each step feeds one token per row and takes the next-token log-probabilities of
+the vocabulary/copy mixture. The output is shaped like a transformers seq2seq `generate`
+output, so `utils.generation.generate_sorted` treats it the same way: column 0 is the start
+token, a finished row is padded after its end token, and a row that ran out of tokens has no
+end token and the full width (`max_new_tokens` + 1, also when the shared position budget of
+source and target cut it earlier), which is how `hit_max_new_tokens` recognises a cut output.
+Beam search ranks finished hypotheses by log-probability / length (transformers' default
+`length_penalty` 1.0).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+__all__ = ["decode", "decode_step"]
+
+
+def decode(
+    model: Any,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    max_new_tokens: int,
+    num_beams: int = 1,
+) -> torch.Tensor:
+    """Generated ids (B, 1 + n) for each source row (module docstring)."""
+    src = model.encode_source(input_ids, attention_mask)
+    room = int(model.config.max_position_embeddings - src["lengths"].max())
+    steps = max(0, min(max_new_tokens, room))
+    out = _beam(model, src, steps, num_beams) if num_beams > 1 else _greedy(model, src, steps)
+    if steps < max_new_tokens and out.shape[1] == steps + 1:  # cut by the position budget
+        pad = out.new_full((out.shape[0], max_new_tokens - steps), model.config.pad_token_id)
+        out = torch.cat([out, pad], 1)
+    return out
+
+
+def decode_step(model: Any, src: dict, cache: list, fed: torch.Tensor, t: int) -> tuple:
+    """Feed the last of the tokens `fed` so far (R, t + 1) at target step `t`: (next-token
+    log-probs (R, V), the new cache)."""
+    token = fed[:, -1]
+    pos = (src["lengths"] + t)[:, None]
+    x = model.embed(token[:, None], pos, model.config.target_token_type)
+    seen = torch.ones(token.shape[0], t + 1, dtype=torch.bool, device=token.device)
+    mask = torch.cat([src["valid"], seen], 1)[:, None, None, :]
+    h, cache = model.run_layers(x, mask, cache)
+    logp = model.next_log_probs(h, src, model.step_history(fed))[:, 0]
+    banned = [model.config.pad_token_id, model.config.decoder_start_token_id]
+    logp[:, banned] = float("-inf")
+    return logp, cache
+
+
+def _greedy(model: Any, src: dict, steps: int) -> torch.Tensor:
+    cfg = model.config
+    token = torch.full_like(src["lengths"], cfg.decoder_start_token_id)
+    out, cache = token[:, None], src["cache"]
+    done = torch.zeros_like(token, dtype=torch.bool)
+    for t in range(steps):
+        logp, cache = decode_step(model, src, cache, out, t)
+        token = logp.argmax(-1).masked_fill(done, cfg.pad_token_id)
+        out = torch.cat([out, token[:, None]], 1)
+        done |= token == cfg.eos_token_id
+        if bool(done.all()):
+            break
+    return out
+
+
+def _expand(src: dict, k: int) -> dict:
+    """Every source tensor (and cache) repeated `k` times per row (one per beam)."""
+    out = {n: v.repeat_interleave(k, 0) for n, v in src.items() if torch.is_tensor(v)}
+    out["cache"] = [(a.repeat_interleave(k, 0), b.repeat_interleave(k, 0)) for a, b in src["cache"]]
+    return out
+
+
+def _beam(model: Any, src: dict, steps: int, k: int) -> torch.Tensor:
+    cfg, n = model.config, len(src["lengths"])
+    src = _expand(src, k)
+    cache = src["cache"]
+    scores = torch.full((n, k), float("-inf"), device=src["lengths"].device)
+    scores[:, 0] = 0.0  # one live beam at the start (the others would be its copies)
+    seqs = torch.full((n * k, 1), cfg.decoder_start_token_id, device=scores.device)
+    finished: list[list[tuple[float, list[int]]]] = [[] for _ in range(n)]
+    done = [False] * n
+    for t in range(steps):
+        logp, cache = decode_step(model, src, cache, seqs, t)
+        cand = (scores.reshape(-1, 1) + logp).reshape(n, -1)
+        top, idx = cand.topk(2 * k, dim=1)
+        choice = _select(top, idx, logp.shape[-1], k, seqs, finished, done, t + 1, cfg)
+        scores, beams, tokens = choice
+        reorder = (torch.arange(n, device=seqs.device)[:, None] * k + beams).reshape(-1)
+        seqs = torch.cat([seqs[reorder], tokens.reshape(-1, 1)], 1)
+        cache = [(a[reorder], b[reorder]) for a, b in cache]
+        if all(done):
+            break
+    return _best(seqs, scores, finished, k, cfg)
+
+
+def _select(top, idx, vocab, k, seqs, finished, done, length, cfg) -> tuple:
+    """One beam step's bookkeeping: candidates ending with `[SEP]` among the top `k` go to
+    `finished` (score / length); the best `k` others live on. Returns the new scores, the
+    beams they extend and their tokens (a finished example keeps dead beams)."""
+    n = top.shape[0]
+    scores = torch.full((n, k), float("-inf"), device=top.device)
+    beams = torch.zeros((n, k), dtype=torch.long, device=top.device)
+    tokens = torch.full((n, k), cfg.pad_token_id, dtype=torch.long, device=top.device)
+    for b, (row, ids) in enumerate(zip(top.tolist(), idx.tolist())):
+        if done[b]:
+            continue
+        live = 0
+        for j, (score, flat) in enumerate(zip(row, ids)):
+            beam, token = divmod(flat, vocab)
+            if token == cfg.eos_token_id:
+                if j < k and score > float("-inf"):
+                    seq = seqs[b * k + beam].tolist() + [token]
+                    finished[b] = sorted([*finished[b], (score / length, seq)], reverse=True)[:k]
+                continue
+            scores[b, live], beams[b, live], tokens[b, live] = score, beam, token
+            live += 1
+            if live == k:
+                break
+        best_live = scores[b, 0].item() / length
+        done[b] = len(finished[b]) >= k and finished[b][-1][0] >= best_live
+    return scores, beams, tokens
+
+
+def _best(
+    seqs: torch.Tensor, scores: torch.Tensor, finished: list, k: int, cfg: Any
+) -> torch.Tensor:
+    """The best hypothesis of each example (a live beam where none finished), padded."""
+    length = seqs.shape[1] - 1
+    rows = []
+    for b, hyps in enumerate(finished):
+        if not hyps:
+            hyps = [(scores[b, 0].item() / max(length, 1), seqs[b * k].tolist())]
+        rows.append(hyps[0][1])
+    width = max(len(r) for r in rows)
+    out = torch.full((len(rows), width), cfg.pad_token_id, dtype=torch.long, device=seqs.device)
+    for i, r in enumerate(rows):
+        out[i, : len(r)] = torch.tensor(r)
+    return out

@@ -1,0 +1,327 @@
+"""A copy-aware student propositionizer: a prefix LM over a BERT checkpoint with a pointer head.
+
+`CopyPrefixLM` reads ``[CLS] source [SEP]`` and the target ``[CLS] y_1 ... y_m`` as one
+sequence through one pretrained BERT stack (UniLM's seq2seq mask): source tokens attend to the
+source, target tokens (token type 1, positions continuing after the source) to the source and
+to the earlier target tokens. No weight of the attention is new. The next-token distribution
+is a gated mixture (pointer-generator, See et al. 2017) of
+
+- the vocabulary distribution: a dense + LayerNorm transform, then the tied word embeddings;
+- a copy distribution over source positions: a cosine attention of the target state against
+  the final state of the *preceding* source position, so "copy the token after the one I
+  match" is the initial behaviour (an induction-head prior; see docs/architecture.md), plus a
+  learnt bonus when the last 1..`NGRAM` target tokens equal the source tokens before a
+  candidate (so a copied run continues where it is, not at an earlier repeat of its token).
+
+The target is the propositions joined by one `surface.PROP_TOKEN` and closed by `[SEP]`
+(`backbone.target_ids`); `surface.py` turns generated ids back into text with the source's
+casing. Source and target share the checkpoint's `max_position_embeddings`.
+`CopyLMConfig` / `CopyPrefixLM` are registered with transformers' Auto classes on import, so
+`AutoModelForSeq2SeqLM.from_pretrained(dir)` loads an export (`backbone.load_seq2seq`).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from transformers import AutoConfig, AutoModelForSeq2SeqLM, BertConfig, GenerationConfig
+from transformers.modeling_outputs import ModelOutput
+from transformers.models.bert.modeling_bert import BertModel, BertPreTrainedModel
+
+from densex.propositionizer.copy_decode import decode
+
+__all__ = ["MODEL_TYPE", "CopyLMConfig", "CopyLMOutput", "CopyPrefixLM"]
+
+MODEL_TYPE = "densex-copy-lm"
+NGRAM = 4  # the copy head's continuation bonus looks at up to this many previous tokens
+
+
+class CopyLMConfig(BertConfig):
+    """BERT's config plus the student's: `use_copy` (False: the plain prefix LM, for the
+    ablation), the copy attention's initial scale and n-gram bonus, the proposition
+    separator's id and the target segment's token type."""
+
+    model_type = MODEL_TYPE
+
+    def __init__(
+        self,
+        use_copy: bool = True,
+        copy_scale: float = 10.0,
+        copy_ngram_bonus: float = 2.0,
+        prop_token_id: int | None = None,
+        target_token_type: int = 1,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.use_copy = use_copy
+        self.copy_scale = copy_scale
+        self.copy_ngram_bonus = copy_ngram_bonus
+        self.prop_token_id = prop_token_id
+        self.target_token_type = target_token_type
+
+
+@dataclass
+class CopyLMOutput(ModelOutput):
+    """`loss`: mean negative log-likelihood of the label tokens (None without labels)."""
+
+    loss: torch.Tensor | None = None
+
+
+class CopyPrefixLM(BertPreTrainedModel):
+    """The prefix LM with a pointer-generator head (module docstring). `forward` is the
+    teacher-forced loss; `generate` (greedy or beam, `copy_decode.py`) returns ids like a
+    seq2seq `generate`: column 0 the start token `[CLS]`, rows padded after `[SEP]`."""
+
+    config_class = CopyLMConfig
+    config: CopyLMConfig
+
+    def __init__(self, config: CopyLMConfig) -> None:
+        super().__init__(config)
+        h = config.hidden_size
+        self.bert = BertModel(config, add_pooling_layer=False)
+        self.transform = nn.Linear(h, h)
+        self.transform_norm = nn.LayerNorm(h, eps=config.layer_norm_eps)
+        self.vocab_bias = nn.Parameter(torch.zeros(config.vocab_size))
+        self.copy_query = nn.Linear(h, h)
+        self.copy_key = nn.Linear(h, h)
+        self.copy_log_scale = nn.Parameter(torch.tensor(math.log(config.copy_scale)))
+        self.copy_ngram = nn.Parameter(torch.full((NGRAM,), config.copy_ngram_bonus))
+        self.gate = nn.Linear(2 * h, 1)
+        self.post_init()
+        self.generation_config = GenerationConfig(
+            bos_token_id=config.bos_token_id,
+            decoder_start_token_id=config.decoder_start_token_id,
+            eos_token_id=config.eos_token_id,
+            pad_token_id=config.pad_token_id,
+        )
+
+    def init_heads(self) -> None:
+        """The new head weights' starting point: identity transforms (copy by matching the
+        same token's states; vocabulary logits = the state against the word embeddings), a
+        zero bias and an even gate."""
+        with torch.no_grad():
+            for lin in (self.transform, self.copy_query, self.copy_key):
+                lin.weight.copy_(torch.eye(lin.weight.shape[0]))
+                lin.bias.zero_()
+            self.transform_norm.reset_parameters()
+            self.vocab_bias.zero_()
+            self.copy_log_scale.fill_(math.log(self.config.copy_scale))
+            self.copy_ngram.fill_(self.config.copy_ngram_bonus)
+            self.gate.weight.zero_()
+            self.gate.bias.zero_()
+
+    # ---- the stack ---------------------------------------------------------------------------
+    def run_layers(
+        self, x: torch.Tensor, mask: torch.Tensor, past: list[Any] | None = None
+    ) -> tuple[torch.Tensor, list[tuple[torch.Tensor, torch.Tensor]]]:
+        """BERT's layers over embeddings `x` (B, T, h) with a boolean attention `mask`
+        (B, 1, T, keys) over [`past` keys; these T]; returns the states and each layer's
+        (key, value) including `past`'s."""
+        cache = []
+        for i, layer in enumerate(self.bert.encoder.layer):
+            att = layer.attention.self
+            b, t, _ = x.shape
+            shape = (b, t, att.num_attention_heads, att.attention_head_size)
+            q, k, v = (
+                lin(x).view(shape).transpose(1, 2) for lin in (att.query, att.key, att.value)
+            )
+            if past is not None:
+                k, v = torch.cat([past[i][0], k], 2), torch.cat([past[i][1], v], 2)
+            p = att.dropout.p if self.training else 0.0
+            ctx = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p)
+            x = layer.attention.output(ctx.transpose(1, 2).reshape(b, t, -1), x)
+            x = layer.output(layer.intermediate(x), x)
+            cache.append((k, v))
+        return x, cache
+
+    def embed(
+        self, ids: torch.Tensor, positions: torch.Tensor, token_type: int | torch.Tensor
+    ) -> torch.Tensor:
+        """Word + position + token-type embeddings (BERT's, LayerNorm and dropout included);
+        `token_type` one for all or one per token."""
+        types = token_type if torch.is_tensor(token_type) else torch.full_like(ids, token_type)
+        return self.bert.embeddings(input_ids=ids, token_type_ids=types, position_ids=positions)
+
+    def encode_source(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> dict:
+        """The source pass: states, per-layer keys/values, lengths and the copy keys (the
+        normalised, projected state of the position before each candidate 1..S-1)."""
+        s = input_ids.shape[1]
+        valid = attention_mask.bool()
+        pos = torch.arange(s, device=input_ids.device).expand_as(input_ids)
+        mask = valid[:, None, None, :].expand(-1, 1, s, s)
+        h, cache = self.run_layers(self.embed(input_ids, pos, 0), mask)  # a source-only pass
+        view = self.source_view(h, input_ids, valid)
+        return {**view, "cache": cache, "valid": valid, "lengths": valid.sum(1)}
+
+    # ---- the head ----------------------------------------------------------------------------
+    def vocab_logits(self, h: torch.Tensor) -> torch.Tensor:
+        """Vocabulary logits of target states (…, h) through the tied word embeddings."""
+        z = self.transform_norm(self.transform(h))
+        return F.linear(z, self.bert.embeddings.word_embeddings.weight, self.vocab_bias)
+
+    def copy_attention(
+        self, h: torch.Tensor, src: dict, history: torch.Tensor
+    ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
+        """(copy weights over source candidates (B, T, S-1), (log gate of the vocabulary path,
+        of the copy path) (B, T, 1)) for target states `h` (B, T, h) whose last `NGRAM` input
+        tokens are `history` (B, T, NGRAM; most recent first, -1 before the start). A
+        candidate whose preceding source tokens equal those inputs gets a learnt bonus per
+        matched length (the exact continuation of a copied run)."""
+        q = F.normalize(self.copy_query(h), dim=-1)
+        scores = self.copy_log_scale.exp() * q @ src["copy_keys"].transpose(1, 2)
+        matched = torch.ones_like(scores, dtype=torch.bool)
+        for k in range(NGRAM):  # src["before"][..., k]: the source token k+1 before a candidate
+            matched = matched & (src["before"][:, None, :, k] == history[:, :, None, k])
+            scores = scores + self.copy_ngram[k] * matched
+        scores = scores.masked_fill(~src["copy_valid"][:, None, :], float("-inf"))
+        weights = scores.softmax(-1)
+        context = weights @ src["states"][:, 1:]
+        z = self.gate(torch.cat([h, context], -1))
+        return weights, (F.logsigmoid(z), F.logsigmoid(-z))
+
+    def next_log_probs(self, h: torch.Tensor, src: dict, history: torch.Tensor) -> torch.Tensor:
+        """Log-probabilities over the vocabulary of the next token for target states
+        `h` (B, T, h): the gated mixture of the vocabulary and copy distributions."""
+        logp = self.vocab_logits(h).float().log_softmax(-1)
+        if not self.config.use_copy:
+            return logp
+        weights, (log_gen, log_copy) = self.copy_attention(h, src, history)
+        index = src["copy_ids"][:, None, :].expand(-1, h.shape[1], -1)
+        copy = torch.zeros_like(logp).scatter_add_(-1, index, weights.float())
+        return torch.logaddexp(
+            log_gen.float() + logp, log_copy.float() + copy.clamp_min(1e-30).log()
+        )
+
+    # ---- training ----------------------------------------------------------------------------
+    def prepare_decoder_input_ids_from_labels(self, labels: torch.Tensor) -> torch.Tensor:
+        """Teacher-forcing inputs: the labels shifted right after the start token `[CLS]`,
+        ignored positions (-100) as padding."""
+        start = torch.full_like(labels[:, :1], self.config.decoder_start_token_id)
+        shifted = torch.cat([start, labels[:, :-1]], 1)
+        return shifted.masked_fill(shifted == -100, self.config.pad_token_id)
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        labels: torch.Tensor | None = None,
+        decoder_input_ids: torch.Tensor | None = None,
+        **_: Any,
+    ) -> CopyLMOutput:
+        """Teacher-forced mean NLL of `labels` (B, T; -100 ignored) given the sources."""
+        if labels is None:
+            return CopyLMOutput(loss=None)
+        dec = decoder_input_ids
+        dec = self.prepare_decoder_input_ids_from_labels(labels) if dec is None else dec
+        valid, keep = attention_mask.bool(), labels != -100
+        width = int((valid.sum(1) + keep.sum(1)).max())
+        room = self.config.max_position_embeddings
+        if width > room:
+            raise ValueError(
+                f"source + target ({width} tokens) exceed the {room} positions they share"
+            )
+        ids, types, mask, at = pack_prefix_lm(input_ids, valid, dec, keep, width, self.config)
+        pos = torch.arange(width, device=ids.device).expand_as(ids)
+        h, _ = self.run_layers(self.embed(ids, pos, types), mask)
+        src = self.source_view(h[:, : input_ids.shape[1]], input_ids, valid)
+        h_target = h.gather(1, at[..., None].expand(-1, -1, h.shape[-1]))
+        logp = self.label_log_probs(h_target, src, labels, input_history(dec))
+        return CopyLMOutput(loss=-logp.mean())
+
+    def label_log_probs(
+        self, h: torch.Tensor, src: dict, labels: torch.Tensor, history: torch.Tensor
+    ) -> torch.Tensor:
+        """Log-probability of each kept label (labels != -100, flattened) under the mixture of
+        `next_log_probs`, without materialising the mixture over the vocabulary: the vocabulary
+        path's logits only at the kept positions, the copy path's mass on the label only."""
+        keep = labels != -100
+        target = labels[keep]
+        logits = self.vocab_logits(h[keep]).float()
+        log_vocab = -F.cross_entropy(logits, target, reduction="none")
+        if not self.config.use_copy:
+            return log_vocab
+        weights, (log_gen, log_copy) = self.copy_attention(h, src, history)
+        hit = src["copy_ids"][:, None, :] == labels[:, :, None]
+        copied = (weights.float() * hit).sum(-1)[keep]
+        return torch.logaddexp(
+            log_gen[keep].squeeze(-1).float() + log_vocab,
+            log_copy[keep].squeeze(-1).float() + copied.clamp_min(1e-30).log(),
+        )
+
+    def source_view(self, h: torch.Tensor, input_ids: torch.Tensor, valid: torch.Tensor) -> dict:
+        """What the head needs of the source (`encode_source`'s keys minus the caches)."""
+        before = input_history(input_ids[:, :-1], fill=-2)  # never equal to a history's -1
+        return {
+            "states": h,
+            "copy_keys": F.normalize(self.copy_key(h[:, :-1]), dim=-1),
+            "copy_ids": input_ids[:, 1:],
+            "copy_valid": valid[:, 1:],
+            "before": before,
+        }
+
+    # ---- generation --------------------------------------------------------------------------
+    @staticmethod
+    def step_history(fed: torch.Tensor) -> torch.Tensor:
+        """The copy head's `history` (R, 1, NGRAM) for the next step, from the tokens fed so far
+        (R, t + 1)."""
+        return input_history(fed[:, -NGRAM:])[:, -1:]
+
+    @torch.no_grad()
+    def generate(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        max_new_tokens: int = 512,
+        num_beams: int = 1,
+        **_: Any,
+    ) -> torch.Tensor:
+        """Greedy (`num_beams` 1) or beam decoding (`copy_decode.decode`)."""
+        return decode(self, input_ids, attention_mask, max_new_tokens, num_beams)
+
+
+def input_history(ids: torch.Tensor, fill: int = -1) -> torch.Tensor:
+    """(B, T, NGRAM): at each position the token there and the `NGRAM` - 1 before it, most
+    recent first (`fill` before the first)."""
+    cols = [ids]
+    for k in range(1, NGRAM):
+        pad = ids.new_full((ids.shape[0], min(k, ids.shape[1])), fill)
+        cols.append(torch.cat([pad, ids[:, : max(ids.shape[1] - k, 0)]], 1))
+    return torch.stack(cols, -1)
+
+
+def pack_prefix_lm(
+    input_ids: torch.Tensor,
+    valid: torch.Tensor,
+    dec: torch.Tensor,
+    keep: torch.Tensor,
+    width: int,
+    config: Any,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Each row's source (its `valid` tokens) and target inputs (`dec` where `keep`) packed
+    side by side into `width` positions, padding only at the end (so a batch costs its longest
+    pair, not its longest source plus its longest target). Returns the ids, token types,
+    UniLM's seq2seq mask (B, 1, W, W: source rows see the source, every other row the source
+    and the rows from the target's start up to itself) and each target slot's position (B, T;
+    slots past a row's target point at its last position, their labels are ignored)."""
+    b, t = dec.shape
+    n = valid.sum(1)
+    ids = input_ids.new_full((b, width), config.pad_token_id)
+    ids[:, : input_ids.shape[1]] = input_ids.masked_fill(~valid, config.pad_token_id)
+    at = (n[:, None] + torch.arange(t, device=dec.device)).clamp_max(width - 1)
+    rows = torch.arange(b, device=dec.device)[:, None].expand(-1, t)
+    ids[rows[keep], at[keep]] = dec[keep]
+    pos = torch.arange(width, device=dec.device)
+    source = pos[None, :] < n[:, None]  # (B, W)
+    types = (~source).long() * config.target_token_type
+    causal = pos[:, None] >= pos[None, :]  # (W, W): row i sees column j <= i
+    mask = source[:, None, :] | (~source[:, :, None] & causal[None])
+    return ids, types, mask[:, None], at
+
+
+AutoConfig.register(MODEL_TYPE, CopyLMConfig, exist_ok=True)
+AutoModelForSeq2SeqLM.register(CopyLMConfig, CopyPrefixLM, exist_ok=True)

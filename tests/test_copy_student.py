@@ -1,0 +1,126 @@
+"""The copy-aware student propositionizer (`model=minilm-copy`): its targets, its decoding and
+its copy head, on real squad-open sentences and the packaged MiniLM."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+import torch
+
+from densex.propositionizer.backbone import load_seq2seq, output_decoder, target_ids
+from densex.propositionizer.copy_build import cached_copy_lm
+from densex.propositionizer.copy_decode import decode, decode_step
+from densex.propositionizer.generator import PropositionGenerator
+from densex.propositionizer.module import set_dropout
+from densex.propositionizer.pairs import format_target
+
+
+@pytest.fixture(scope="module")
+def copy_dir(tmp_path_factory: pytest.TempPathFactory, minilm_path: str) -> str:
+    return cached_copy_lm(tmp_path_factory.mktemp("cache"), encoder=minilm_path)
+
+
+@pytest.fixture(scope="module")
+def sentences(squad_open: Path) -> list[str]:
+    return load_sentences(squad_open)
+
+
+def load_sentences(squad_open: Path) -> list[str]:
+    """Sentences of 6-14 words from the first squad-open passages, in file order."""
+    out = []
+    for line in (squad_open / "passages.jsonl").open(encoding="utf-8"):
+        for s in re.split(r"(?<=\.)\s+", json.loads(line)["text"]):
+            if 6 <= len(s.split()) <= 14 and s.endswith("."):
+                out.append(s)
+        if len(out) >= 220:
+            return out
+    return out
+
+
+def _batch(tok, sources, targets):
+    enc = tok(sources, return_tensors="pt", padding=True)
+    labels = target_ids(tok, targets)
+    lab = torch.full((len(labels), max(map(len, labels))), -100)
+    for i, x in enumerate(labels):
+        lab[i, : len(x)] = torch.tensor(x)
+    return enc, lab
+
+
+def test_targets_are_prop_separated_and_decode_to_the_source_surface(copy_dir, sentences):
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(copy_dir)
+    source = sentences[0] + " " + sentences[1]
+    target = format_target([sentences[1], sentences[0]])
+    (ids,) = target_ids(tok, [target])
+    prop = tok.convert_tokens_to_ids("[PROP]")
+    assert ids.count(prop) == 1 and ids[-1] == tok.sep_token_id
+    assert tok.cls_token_id not in ids
+    generated = torch.tensor([[tok.cls_token_id, *ids, tok.pad_token_id]])
+    (text,) = output_decoder(tok)(generated, [source])
+    # uncased ids, but the source's casing and spacing come back through the offsets
+    assert json.loads(text) == [sentences[1], sentences[0]]
+    assert text != text.lower()
+
+
+def test_incremental_decoding_scores_equal_the_teacher_forced_loss(copy_dir, sentences):
+    from transformers import AutoTokenizer
+
+    model, tok = load_seq2seq(copy_dir).eval(), AutoTokenizer.from_pretrained(copy_dir)
+    enc, lab = _batch(tok, sentences[:2], [format_target([s]) for s in sentences[2:4]])
+    with torch.no_grad():
+        loss = model(input_ids=enc.input_ids, attention_mask=enc.attention_mask, labels=lab).loss
+        src = model.encode_source(enc.input_ids, enc.attention_mask)
+        inputs, cache, nll = model.prepare_decoder_input_ids_from_labels(lab), src["cache"], []
+        for t in range(lab.shape[1]):
+            logp, cache = decode_step(model, src, cache, inputs[:, : t + 1], t)
+            nll += [-logp[b, lab[b, t]] for b in range(2) if lab[b, t] != -100]
+    assert float(loss) == pytest.approx(float(torch.stack(nll).mean()), rel=1e-4)
+    greedy = decode(model, enc.input_ids, enc.attention_mask, 8, num_beams=1)
+    beam = decode(model, enc.input_ids, enc.attention_mask, 8, num_beams=3)
+    assert (
+        greedy.shape == (2, 9) and beam.shape[0] == 2 and (greedy[:, 0] == tok.cls_token_id).all()
+    )
+
+
+def train_on_copies(copy_dir: str, sentences: list[str], use_copy: bool, steps: int = 8):
+    """The student after `steps` AdamW steps (lr 3e-4) of 4 pairs whose target is the source
+    itself."""
+    from transformers import AutoTokenizer
+
+    torch.manual_seed(0)
+    model, tok = load_seq2seq(copy_dir), AutoTokenizer.from_pretrained(copy_dir)
+    model.config.use_copy = use_copy
+    set_dropout(model, 0.0)
+    model.train()
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-4)
+    for s in range(steps):
+        part = sentences[s * 4 : (s + 1) * 4]
+        enc, lab = _batch(tok, part, [format_target([x]) for x in part])
+        model(
+            input_ids=enc.input_ids, attention_mask=enc.attention_mask, labels=lab
+        ).loss.backward()
+        opt.step()
+        opt.zero_grad()
+    return model.eval(), tok
+
+
+def test_the_copy_head_learns_to_copy_held_out_sources_exactly(copy_dir, sentences, tmp_path):
+    """Eight steps on source -> [source] pairs: held-out sources (never trained on, with their
+    own names and casing) come back exactly, through the exported directory and the pipeline's
+    generator. With the copy head disabled (`use_copy=False`) this test fails: the same
+    training then reproduces none of them (it writes "the the the ...").
+    (11 of these 12: "The chloroplastidan chloroplasts, or green chloroplasts, ... primary
+    chloroplast lineage." repeats its wordpieces so often that greedy decoding loops.)"""
+    held = sentences[-12:]
+    model, tok = train_on_copies(copy_dir, sentences[:-12], use_copy=True)
+    model.save_pretrained(tmp_path / "export")
+    tok.save_pretrained(tmp_path / "export")
+    gen = PropositionGenerator(str(tmp_path / "export"), batch_size=6, max_new_tokens=40)
+    texts, cut = gen.generate(held)
+    exact = [json.loads(t) == [s] for t, s in zip(texts, held)]
+    assert sum(exact) >= 11, [t for t, ok in zip(texts, exact) if not ok]
+    assert sum(cut) <= 1
