@@ -18,6 +18,10 @@ The target is the propositions joined by one `surface.PROP_TOKEN` and closed by 
 casing. Source and target share the checkpoint's `max_position_embeddings`.
 `CopyLMConfig` / `CopyPrefixLM` are registered with transformers' Auto classes on import, so
 `AutoModelForSeq2SeqLM.from_pretrained(dir)` loads an export (`backbone.load_seq2seq`).
+
+Why this module is long: one model class whose layers pass, copy head, training loss and
+packing share the same tensors' layout (source candidates, history, positions); splitting
+them would spread one convention over several files.
 """
 
 from __future__ import annotations
