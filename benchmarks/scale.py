@@ -149,12 +149,15 @@ def timed(cmd: list[str], log: Path) -> dict[str, Any]:
     )  # fmt: skip
     phase, peaks, done = ["start"], {}, threading.Event()
 
+    def take() -> None:
+        pids = _descendants(proc.pid)
+        anon, mapped = map(sum, zip((0, 0), *(_rss_kb(p) for p in pids)))
+        peak = peaks.setdefault(phase[0], [0, 0, 0])
+        peak[:] = [max(peak[0], anon), max(peak[1], mapped), max(peak[2], anon + mapped)]
+
     def sample() -> None:
         while not done.wait(0.1):
-            pids = _descendants(proc.pid)
-            anon, mapped = map(sum, zip((0, 0), *(_rss_kb(p) for p in pids)))
-            peak = peaks.setdefault(phase[0], [0, 0, 0])
-            peak[:] = [max(peak[0], anon), max(peak[1], mapped), max(peak[2], anon + mapped)]
+            take()
 
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
@@ -164,6 +167,7 @@ def timed(cmd: list[str], log: Path) -> dict[str, Any]:
             for pattern, name in PHASES:
                 if pattern.search(line):
                     phase[0] = name
+                    take()  # a phase shorter than the sampling interval still gets a sample
     proc.wait()
     done.set()
     sampler.join()
@@ -201,7 +205,7 @@ def run_size(n: int, work: Path, extra: list[str]) -> list[dict]:
         [py, "evaluate.py", *base, "retriever=hash", "retriever.dim=256",
          "granularity=proposition", "limit_questions=1000", "retrieval_text=false",
          "dataset=squad-open", f"dataset.name=scale-{n}",
-         f"dataset.path={corpus / 'questions.jsonl'}", "dataset.qrels=null",
+         f"dataset.path={corpus / 'questions.jsonl'}", "dataset.qrels.path=null",
          f"paths.output_dir={out_dir}", *extra],
         logs / f"evaluate-{n}.log",
     )  # fmt: skip

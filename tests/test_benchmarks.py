@@ -41,17 +41,12 @@ def test_set_f1_benchmark(squad_open: Path) -> None:
     assert re.search(r"one call/passage .* ratio +[\d.]+x +max \|dF1\| ", out)
 
 
-def test_fault_table_benchmark() -> None:
-    out = run_benchmark("fault_table.py")
-    assert "truncated units -> 51 lines after reuse" in out
-    assert "weights_only=False in train.py -> False" in out
-
-
 def test_propositionizer_probe(squad_open: Path) -> None:
     out = run_benchmark(
         "propositionizer_probe.py", "--steps", "1", "--batch", "2", "--held-out", "2", "3e-4@1"
     )
-    assert re.search(r"3e-4 +1 +bf16 +random +[\d.]+ +[\d.]+ +[\d.]+", out)
+    # spec, s/step, train loss, held-out loss, source-swap gap
+    assert re.search(r"3e-4@1 +[\d.]+ +[\d.]+ +[\d.]+ +-?[\d.]+", out)
 
 
 def test_scale_benchmark(tmp_path: Path) -> None:

@@ -76,7 +76,6 @@ def _bad_passages(tmp_path: Path, wrong_types: bool = False) -> Path:
 
 
 def test_non_utf8_byte_on_line_5_is_one_located_line(tmp_path):
-    # fails until the located reader reaches preflight (issue 23 item 1, branch issue-24)
     p = _bad_passages(tmp_path)
     proc = _entry("index.py", tmp_path / "run", tmp_path / "cache", "corpus=demo",
                   "stage=units", f"corpus.passages={p}")  # fmt: skip
@@ -87,7 +86,6 @@ def test_non_utf8_byte_on_line_5_is_one_located_line(tmp_path):
 
 
 def test_bad_lines_are_skipped_and_counted_by_field_with_the_type_found(tmp_path):
-    # fails until the located reader reaches preflight (issue 23 item 1, branch issue-24)
     p = _bad_passages(tmp_path, wrong_types=True)
     cache = tmp_path / "cache"
     proc = _entry("index.py", tmp_path / "run", cache, "corpus=demo", "stage=units",
@@ -95,7 +93,10 @@ def test_bad_lines_are_skipped_and_counted_by_field_with_the_type_found(tmp_path
     assert proc.returncode == 0, proc.stderr[-3000:]
     (manifest,) = (cache / "units").rglob("manifest.json")
     man = json.loads(manifest.read_text())
-    assert man["passages"] == 7 and man["skipped"]["total"] == 3
+    # 3 bad passage lines (line 5's byte, two wrong types), and the demo propositions of the 44
+    # passages this 7-passage file lacks, skipped by the same policy with their own line each
+    assert man["passages"] == 7 and man["skipped"]["total"] == 47
+    assert man["skipped"]["by_field"] == {"record": 1, "text": 2, "id": 44}
     examples = " ".join(map(str, man["skipped"]["examples"]))
     assert "invalid UTF-8 byte 0xe9" in examples and ":5:" in examples
     assert "int" in examples and "list" in examples  # the type found, not "missing or empty"
