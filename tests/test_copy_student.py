@@ -12,7 +12,7 @@ import torch
 
 from densex.propositionizer.backbone import load_seq2seq, output_decoder, target_ids
 from densex.propositionizer.copy_build import cached_copy_lm
-from densex.propositionizer.copy_decode import decode, decode_step
+from densex.propositionizer.copy_decode import ban_repeated_ngrams, decode, decode_step
 from densex.propositionizer.generator import PropositionGenerator
 from densex.propositionizer.module import set_dropout
 from densex.propositionizer.pairs import format_target
@@ -84,6 +84,41 @@ def test_incremental_decoding_scores_equal_the_teacher_forced_loss(copy_dir, sen
     assert (
         greedy.shape == (2, 9) and beam.shape[0] == 2 and (greedy[:, 0] == tok.cls_token_id).all()
     )
+
+
+def test_ban_repeated_ngrams_bans_the_token_that_would_repeat_an_ngram():
+    fed = torch.tensor([[101, 5, 6, 7, 5, 6], [101, 1, 2, 3, 4, 1]])  # column 0: start token
+    logp = torch.zeros(2, 10)
+    banned = [
+        torch.isinf(row).nonzero().flatten().tolist() for row in ban_repeated_ngrams(logp, fed, 3)
+    ]
+    assert banned == [[7], []]  # "5 6" was followed by 7; "4 1" is new
+    banned = [
+        torch.isinf(row).nonzero().flatten().tolist() for row in ban_repeated_ngrams(logp, fed, 2)
+    ]
+    assert banned == [[7], [2]]
+
+
+@pytest.mark.parametrize("num_beams", [1, 3])
+def test_decoding_with_no_repeat_ngram_size_repeats_no_ngram(copy_dir, sentences, num_beams):
+    """The untrained student copies its source (the copy head starts as identity matching), so
+    a source that says its sentence twice comes back with repeats; with the rule no bigram
+    comes twice."""
+    from transformers import AutoTokenizer
+
+    model, tok = load_seq2seq(copy_dir).eval(), AutoTokenizer.from_pretrained(copy_dir)
+    enc = tok([f"{s} {s}" for s in sentences[:2]], return_tensors="pt", padding=True)
+    with torch.no_grad():
+        free = model.generate(enc.input_ids, enc.attention_mask, 40, num_beams)
+        ruled = model.generate(enc.input_ids, enc.attention_mask, 40, num_beams, 2)
+
+    def repeats(row: list[int]) -> int:
+        row = [t for t in row[1:] if t != tok.pad_token_id]
+        grams = list(zip(row, row[1:]))
+        return len(grams) - len(set(grams))
+
+    assert max(repeats(r) for r in free.tolist()) > 0
+    assert max(repeats(r) for r in ruled.tolist()) == 0
 
 
 def train_on_copies(copy_dir: str, sentences: list[str], use_copy: bool, steps: int = 8):

@@ -8,7 +8,10 @@ token, a finished row is padded after its end token, and a row that ran out of t
 end token and the full width (`max_new_tokens` + 1, also when the shared position budget of
 source and target cut it earlier), which is how `hit_max_new_tokens` recognises a cut output.
 Beam search ranks finished hypotheses by log-probability / length (transformers' default
-`length_penalty` 1.0).
+`length_penalty` 1.0). `no_repeat_ngram_size` n bans, at each step and per row, every token
+that would repeat an n-gram of that row's output (transformers' rule of the same name; the
+model config's value when the caller gives none): a pointer-generator's typical
+failure is to copy the same source span again and again.
 """
 
 from __future__ import annotations
@@ -26,9 +29,11 @@ def decode(
     attention_mask: torch.Tensor,
     max_new_tokens: int,
     num_beams: int = 1,
+    no_repeat_ngram_size: int | None = None,
 ) -> torch.Tensor:
     """Generated ids (B, 1 + n) for each source row (module docstring)."""
     src = model.encode_source(input_ids, attention_mask)
+    src["no_repeat"] = int(no_repeat_ngram_size or 0)
     room = int(model.config.max_position_embeddings - src["lengths"].max())
     steps = max(0, min(max_new_tokens, room))
     out = _beam(model, src, steps, num_beams) if num_beams > 1 else _greedy(model, src, steps)
@@ -50,7 +55,22 @@ def decode_step(model: Any, src: dict, cache: list, fed: torch.Tensor, t: int) -
     logp = model.next_log_probs(h, src, model.step_history(fed))[:, 0]
     banned = [model.config.pad_token_id, model.config.decoder_start_token_id]
     logp[:, banned] = float("-inf")
+    if src.get("no_repeat", 0) > 1:
+        logp = ban_repeated_ngrams(logp, fed, src["no_repeat"])
     return logp, cache
+
+
+def ban_repeated_ngrams(logp: torch.Tensor, fed: torch.Tensor, n: int) -> torch.Tensor:
+    """`logp` (R, V) with -inf at each token that would end an n-gram already in its row of
+    `fed` (R, t + 1; column 0 is the start token, which no n-gram includes): the n-1 newest
+    tokens are compared with every earlier window at once."""
+    seq = fed[:, 1:]
+    if seq.shape[1] < n:
+        return logp
+    windows = seq.unfold(1, n, 1)  # (R, t - n + 1, n): every n-gram so far
+    match = (windows[:, :, :-1] == seq[:, None, 1 - n :]).all(-1)
+    rows, at = match.nonzero(as_tuple=True)
+    return logp.index_put((rows, windows[rows, at, -1]), logp.new_tensor(float("-inf")))
 
 
 def _greedy(model: Any, src: dict, steps: int) -> torch.Tensor:
@@ -72,6 +92,7 @@ def _expand(src: dict, k: int) -> dict:
     """Every source tensor (and cache) repeated `k` times per row (one per beam)."""
     out = {n: v.repeat_interleave(k, 0) for n, v in src.items() if torch.is_tensor(v)}
     out["cache"] = [(a.repeat_interleave(k, 0), b.repeat_interleave(k, 0)) for a, b in src["cache"]]
+    out["no_repeat"] = src.get("no_repeat", 0)
     return out
 
 

@@ -48,7 +48,8 @@ NGRAM = 4  # the copy head's continuation bonus looks at up to this many previou
 class CopyLMConfig(BertConfig):
     """BERT's config plus the student's: `use_copy` (False: the plain prefix LM, for the
     ablation), the copy attention's initial scale and n-gram bonus, the proposition
-    separator's id and the target segment's token type."""
+    separator's id, the target segment's token type, and the decoding's `no_repeat_ngram_size`
+    (null: none; `copy_decode.py`), kept here because config.json travels with an export."""
 
     model_type = MODEL_TYPE
 
@@ -59,6 +60,7 @@ class CopyLMConfig(BertConfig):
         copy_ngram_bonus: float = 2.0,
         prop_token_id: int | None = None,
         target_token_type: int = 1,
+        no_repeat_ngram_size: int | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -67,6 +69,7 @@ class CopyLMConfig(BertConfig):
         self.copy_ngram_bonus = copy_ngram_bonus
         self.prop_token_id = prop_token_id
         self.target_token_type = target_token_type
+        self.no_repeat_ngram_size = no_repeat_ngram_size
 
 
 @dataclass
@@ -282,10 +285,16 @@ class CopyPrefixLM(BertPreTrainedModel):
         attention_mask: torch.Tensor,
         max_new_tokens: int = 512,
         num_beams: int = 1,
+        no_repeat_ngram_size: int | None = None,
         **_: Any,
     ) -> torch.Tensor:
-        """Greedy (`num_beams` 1) or beam decoding (`copy_decode.decode`)."""
-        return decode(self, input_ids, attention_mask, max_new_tokens, num_beams)
+        """Greedy (`num_beams` 1) or beam decoding (`copy_decode.decode`); a null
+        `no_repeat_ngram_size` takes the config's."""
+        if no_repeat_ngram_size is None:
+            no_repeat_ngram_size = getattr(self.config, "no_repeat_ngram_size", None)
+        return decode(
+            self, input_ids, attention_mask, max_new_tokens, num_beams, no_repeat_ngram_size
+        )
 
 
 def input_history(ids: torch.Tensor, fill: int = -1) -> torch.Tensor:

@@ -56,6 +56,7 @@ class PropositionGenerator(pl.LightningModule):
         num_beams: int = 1,
         dtype: str = "auto",
         shard_dir: str | os.PathLike | None = None,
+        no_repeat_ngram_size: int | None = None,
     ):
         super().__init__()
         self.model_name_or_path = model_name_or_path
@@ -65,6 +66,7 @@ class PropositionGenerator(pl.LightningModule):
         self.max_source_length = max_source_length
         self.max_new_tokens = max_new_tokens
         self.num_beams = num_beams
+        self.no_repeat_ngram_size = no_repeat_ngram_size
         self.dtype_name = dtype
         self.model = None
         self.tokenizer = None
@@ -107,6 +109,7 @@ class PropositionGenerator(pl.LightningModule):
             self.max_new_tokens,
             self.num_beams,
             decode=output_decoder(self.tokenizer),
+            no_repeat_ngram_size=self.no_repeat_ngram_size,
         )
 
     def predict_step(self, batch: Mapping[str, Any], batch_idx: int) -> dict[str, Any]:

@@ -46,14 +46,18 @@ __all__ = ["generate_with_model"]
 
 def _generation_settings(opts: ModelSettings, trainer_cfg: Any) -> dict[str, Any]:
     """The PropositionGenerator keyword arguments, with the dtype actually used (never the
-    trainer's precision: see docs/architecture.md, "Propositionizer dtype")."""
-    return {
+    trainer's precision: see docs/architecture.md, "Propositionizer dtype"). The n-gram rule is
+    named only when set, so the shard keys of runs without it are unchanged."""
+    settings = {
         "batch_size": opts.batch_size,
         "max_source_length": opts.max_source_length,
         "max_new_tokens": opts.max_new_tokens,
         "num_beams": opts.num_beams,
         "dtype": effective_dtype(opts.dtype, trainer_cfg),
     }
+    if opts.no_repeat_ngram_size is not None:
+        settings["no_repeat_ngram_size"] = opts.no_repeat_ngram_size
+    return settings
 
 
 def _plan_shards(passages: Sequence[Mapping[str, Any]], shard_size: int) -> list[dict[str, Any]]:

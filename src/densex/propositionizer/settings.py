@@ -40,6 +40,9 @@ class ModelSettings(PropositionizerSettings):
     max_source_length: int = 512
     max_new_tokens: int = 512
     num_beams: int = 1
+    # never repeat an n-gram of this many tokens (transformers' rule of the same name); null:
+    # the model's generation_config (no constraint unless the export sets one)
+    no_repeat_ngram_size: int | None = None
     shard_size: int = 256  # passages per resumable shard
 
 

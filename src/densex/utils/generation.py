@@ -49,6 +49,7 @@ def generate_sorted(
     on_batch: Callable[[int], None] | None = None,
     device: Any = None,
     decode: Callable[[torch.Tensor, Sequence[str]], list[str]] | None = None,
+    no_repeat_ngram_size: int | None = None,
 ) -> tuple[list[str], list[bool]]:
     """Decode every source (greedy, or beam search with `num_beams` > 1), longest first in
     batches of `batch_size`, inputs truncated at `tokenizer.model_max_length`.
@@ -57,7 +58,8 @@ def generate_sorted(
     end-of-sequence token. `lengths` (token counts) sets the order when the caller has them;
     `on_batch(n)` is called after each batch of n sources (progress); inputs go to `device`
     (default: the model's); `decode(ids, batch_sources)` turns a batch's generated ids into
-    texts (default: `tokenizer.batch_decode` without special tokens).
+    texts (default: `tokenizer.batch_decode` without special tokens); `no_repeat_ngram_size`
+    goes to `generate` when set (null: the model's generation config decides).
     """
     if lengths is None:
         lengths = [len(ids) for ids in tokenizer(list(sources), truncation=True)["input_ids"]]
@@ -70,8 +72,11 @@ def generate_sorted(
         enc = tokenizer(
             [sources[i] for i in idx], return_tensors="pt", padding=True, truncation=True
         ).to(model.device if device is None else device)
+        extra = (
+            {} if no_repeat_ngram_size is None else {"no_repeat_ngram_size": no_repeat_ngram_size}
+        )
         out = model.generate(
-            **enc, max_new_tokens=max_new_tokens, num_beams=num_beams, do_sample=False
+            **enc, max_new_tokens=max_new_tokens, num_beams=num_beams, do_sample=False, **extra
         )
         batch = [sources[i] for i in idx]
         if decode is None:
