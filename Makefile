@@ -13,8 +13,10 @@ setup:
 demo: setup
 	$(PY) evaluate.py -m experiment=demo
 
+# two workers on the 2-core CI machine (pytest-xdist; one test file per worker, so a module's
+# fixtures are built once); `pytest -q` alone runs the same tests in one process
 test: setup
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n auto --dist loadfile
 
 test-slow: setup
 	$(PY) -m pytest -q -m slow

@@ -11,7 +11,10 @@ Beam search ranks finished hypotheses by log-probability / length (transformers'
 `length_penalty` 1.0). `no_repeat_ngram_size` n bans, at each step and per row, every token
 that would repeat an n-gram of that row's output (transformers' rule of the same name; the
 model config's value when the caller gives none): a pointer-generator's typical
-failure is to copy the same source span again and again.
+failure is to copy the same source span again and again. `coverage_penalty` β subtracts β times
+each source candidate's copy attention summed over the steps so far from its copy score (the
+coverage of See et al. 2017, applied at decoding only), so a span already copied is less
+likely to be copied again while a subject the target repeats still can be.
 """
 
 from __future__ import annotations
@@ -30,10 +33,14 @@ def decode(
     max_new_tokens: int,
     num_beams: int = 1,
     no_repeat_ngram_size: int | None = None,
+    coverage_penalty: float | None = None,
 ) -> torch.Tensor:
     """Generated ids (B, 1 + n) for each source row (module docstring)."""
     src = model.encode_source(input_ids, attention_mask)
     src["no_repeat"] = int(no_repeat_ngram_size or 0)
+    if coverage_penalty:  # the copy attention summed over the steps so far, per candidate
+        src["coverage"] = torch.zeros(src["copy_ids"].shape, device=input_ids.device)
+        src["coverage_penalty"] = float(coverage_penalty)
     room = int(model.config.max_position_embeddings - src["lengths"].max())
     steps = max(0, min(max_new_tokens, room))
     out = _beam(model, src, steps, num_beams) if num_beams > 1 else _greedy(model, src, steps)
@@ -92,7 +99,9 @@ def _expand(src: dict, k: int) -> dict:
     """Every source tensor (and cache) repeated `k` times per row (one per beam)."""
     out = {n: v.repeat_interleave(k, 0) for n, v in src.items() if torch.is_tensor(v)}
     out["cache"] = [(a.repeat_interleave(k, 0), b.repeat_interleave(k, 0)) for a, b in src["cache"]]
-    out["no_repeat"] = src.get("no_repeat", 0)
+    for key in ("no_repeat", "coverage_penalty"):
+        if key in src:
+            out[key] = src[key]
     return out
 
 
@@ -114,6 +123,8 @@ def _beam(model: Any, src: dict, steps: int, k: int) -> torch.Tensor:
         reorder = (torch.arange(n, device=seqs.device)[:, None] * k + beams).reshape(-1)
         seqs = torch.cat([seqs[reorder], tokens.reshape(-1, 1)], 1)
         cache = [(a[reorder], b[reorder]) for a, b in cache]
+        if "coverage" in src:
+            src["coverage"] = src["coverage"][reorder]
         if all(done):
             break
     return _best(seqs, scores, finished, k, cfg)

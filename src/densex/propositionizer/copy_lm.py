@@ -49,7 +49,7 @@ class CopyLMConfig(BertConfig):
     """BERT's config plus the student's: `use_copy` (False: the plain prefix LM, for the
     ablation), the copy attention's initial scale and n-gram bonus, the proposition
     separator's id, the target segment's token type, and the decoding's `no_repeat_ngram_size`
-    (null: none; `copy_decode.py`), kept here because config.json travels with an export."""
+    and `coverage_penalty` (null: none; `copy_decode.py`), kept here because config.json travels with an export."""
 
     model_type = MODEL_TYPE
 
@@ -61,6 +61,7 @@ class CopyLMConfig(BertConfig):
         prop_token_id: int | None = None,
         target_token_type: int = 1,
         no_repeat_ngram_size: int | None = None,
+        coverage_penalty: float | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -70,6 +71,7 @@ class CopyLMConfig(BertConfig):
         self.prop_token_id = prop_token_id
         self.target_token_type = target_token_type
         self.no_repeat_ngram_size = no_repeat_ngram_size
+        self.coverage_penalty = coverage_penalty
 
 
 @dataclass
@@ -185,8 +187,12 @@ class CopyPrefixLM(BertPreTrainedModel):
         for k in range(NGRAM):  # src["before"][..., k]: the source token k+1 before a candidate
             matched = matched & (src["before"][:, None, :, k] == history[:, :, None, k])
             scores = scores + self.copy_ngram[k] * matched
+        if "coverage" in src:  # decoding with a coverage penalty (copy_decode.py)
+            scores = scores - src["coverage_penalty"] * src["coverage"][:, None, :]
         scores = scores.masked_fill(~src["copy_valid"][:, None, :], float("-inf"))
         weights = scores.softmax(-1)
+        if "coverage" in src:  # one decoding step: this step's attention joins the coverage
+            src["coverage"] = src["coverage"] + weights[:, -1]
         context = weights @ src["states"][:, 1:]
         z = self.gate(torch.cat([h, context], -1))
         return weights, (F.logsigmoid(z), F.logsigmoid(-z))
@@ -286,6 +292,7 @@ class CopyPrefixLM(BertPreTrainedModel):
         max_new_tokens: int = 512,
         num_beams: int = 1,
         no_repeat_ngram_size: int | None = None,
+        coverage_penalty: float | None = None,
         **_: Any,
     ) -> torch.Tensor:
         """Greedy (`num_beams` 1) or beam decoding (`copy_decode.decode`); a null
@@ -293,7 +300,13 @@ class CopyPrefixLM(BertPreTrainedModel):
         if no_repeat_ngram_size is None:
             no_repeat_ngram_size = getattr(self.config, "no_repeat_ngram_size", None)
         return decode(
-            self, input_ids, attention_mask, max_new_tokens, num_beams, no_repeat_ngram_size
+            self,
+            input_ids,
+            attention_mask,
+            max_new_tokens,
+            num_beams,
+            no_repeat_ngram_size,
+            coverage_penalty or getattr(self.config, "coverage_penalty", None),
         )
 
 

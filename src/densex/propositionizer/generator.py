@@ -57,6 +57,7 @@ class PropositionGenerator(pl.LightningModule):
         dtype: str = "auto",
         shard_dir: str | os.PathLike | None = None,
         no_repeat_ngram_size: int | None = None,
+        coverage_penalty: float | None = None,
     ):
         super().__init__()
         self.model_name_or_path = model_name_or_path
@@ -66,7 +67,9 @@ class PropositionGenerator(pl.LightningModule):
         self.max_source_length = max_source_length
         self.max_new_tokens = max_new_tokens
         self.num_beams = num_beams
-        self.no_repeat_ngram_size = no_repeat_ngram_size
+        # decoding rules, passed to `generate` only when set (settings.ModelSettings)
+        rules = {"no_repeat_ngram_size": no_repeat_ngram_size, "coverage_penalty": coverage_penalty}
+        self.generate_kwargs = {k: v for k, v in rules.items() if v is not None}
         self.dtype_name = dtype
         self.model = None
         self.tokenizer = None
@@ -109,7 +112,7 @@ class PropositionGenerator(pl.LightningModule):
             self.max_new_tokens,
             self.num_beams,
             decode=output_decoder(self.tokenizer),
-            no_repeat_ngram_size=self.no_repeat_ngram_size,
+            generate_kwargs=self.generate_kwargs,
         )
 
     def predict_step(self, batch: Mapping[str, Any], batch_idx: int) -> dict[str, Any]:

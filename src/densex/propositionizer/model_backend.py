@@ -46,7 +46,7 @@ __all__ = ["generate_with_model"]
 
 def _generation_settings(opts: ModelSettings, trainer_cfg: Any) -> dict[str, Any]:
     """The PropositionGenerator keyword arguments, with the dtype actually used (never the
-    trainer's precision: see docs/architecture.md, "Propositionizer dtype"). The n-gram rule is
+    trainer's precision: see docs/architecture.md, "Propositionizer dtype"). The decoding rules are
     named only when set, so the shard keys of runs without it are unchanged."""
     settings = {
         "batch_size": opts.batch_size,
@@ -55,8 +55,9 @@ def _generation_settings(opts: ModelSettings, trainer_cfg: Any) -> dict[str, Any
         "num_beams": opts.num_beams,
         "dtype": effective_dtype(opts.dtype, trainer_cfg),
     }
-    if opts.no_repeat_ngram_size is not None:
-        settings["no_repeat_ngram_size"] = opts.no_repeat_ngram_size
+    for rule in ("no_repeat_ngram_size", "coverage_penalty"):
+        if getattr(opts, rule) is not None:
+            settings[rule] = getattr(opts, rule)
     return settings
 
 

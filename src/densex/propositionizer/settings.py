@@ -43,6 +43,9 @@ class ModelSettings(PropositionizerSettings):
     # never repeat an n-gram of this many tokens (transformers' rule of the same name); null:
     # the model's generation_config (no constraint unless the export sets one)
     no_repeat_ngram_size: int | None = None
+    # the copy student only (model=minilm-copy): subtract this times each source position's
+    # copy attention so far from its copy score (See et al. 2017's coverage, at decoding)
+    coverage_penalty: float | None = None
     shard_size: int = 256  # passages per resumable shard
 
 

@@ -3,7 +3,7 @@ reader share (sorting by length keeps padding, and so wasted compute, small)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -49,7 +49,7 @@ def generate_sorted(
     on_batch: Callable[[int], None] | None = None,
     device: Any = None,
     decode: Callable[[torch.Tensor, Sequence[str]], list[str]] | None = None,
-    no_repeat_ngram_size: int | None = None,
+    generate_kwargs: Mapping[str, Any] | None = None,
 ) -> tuple[list[str], list[bool]]:
     """Decode every source (greedy, or beam search with `num_beams` > 1), longest first in
     batches of `batch_size`, inputs truncated at `tokenizer.model_max_length`.
@@ -58,8 +58,8 @@ def generate_sorted(
     end-of-sequence token. `lengths` (token counts) sets the order when the caller has them;
     `on_batch(n)` is called after each batch of n sources (progress); inputs go to `device`
     (default: the model's); `decode(ids, batch_sources)` turns a batch's generated ids into
-    texts (default: `tokenizer.batch_decode` without special tokens); `no_repeat_ngram_size`
-    goes to `generate` when set (null: the model's generation config decides).
+    texts (default: `tokenizer.batch_decode` without special tokens); `generate_kwargs`
+    (decoding rules such as `no_repeat_ngram_size`) go to every `generate` call.
     """
     if lengths is None:
         lengths = [len(ids) for ids in tokenizer(list(sources), truncation=True)["input_ids"]]
@@ -72,11 +72,12 @@ def generate_sorted(
         enc = tokenizer(
             [sources[i] for i in idx], return_tensors="pt", padding=True, truncation=True
         ).to(model.device if device is None else device)
-        extra = (
-            {} if no_repeat_ngram_size is None else {"no_repeat_ngram_size": no_repeat_ngram_size}
-        )
         out = model.generate(
-            **enc, max_new_tokens=max_new_tokens, num_beams=num_beams, do_sample=False, **extra
+            **enc,
+            max_new_tokens=max_new_tokens,
+            num_beams=num_beams,
+            do_sample=False,
+            **(generate_kwargs or {}),
         )
         batch = [sources[i] for i in idx]
         if decode is None:
