@@ -14,17 +14,16 @@ from pathlib import Path
 from typing import Any
 
 from densex.pipelines.compose import PROJECT_ROOT
+from densex.pipelines.edge import propositionizer_settings, trainer_args
 from densex.pipelines.index.units import build_corpus_units, propositions_key, unit_file
 from densex.propositionizer import fingerprint as fingerprint_module
 from densex.propositionizer import model_backend
 from densex.propositionizer.fingerprint import model_fingerprint
-from densex.propositionizer.settings import ModelSettings
-from densex.propositionizer.teacher_backend import teacher_from_config
+from densex.propositionizer.teacher_backend import teacher_from_settings
 from densex.retrieval.bm25 import bm25_settings
 from densex.retrieval.build import embeddings_dir
-from densex.retrieval.spec import IndexSpec, RetrieverSpec
+from densex.retrieval.spec import BM25Spec, IndexSpec, RetrieverSpec
 from densex.utils.cache import content_key, hash_file
-from densex.utils.config import from_config
 from helpers.config import compose_config
 
 GRANULARITIES = ("passage", "sentence", "proposition")
@@ -70,7 +69,7 @@ def _dense_keys(cache: Path, files: Any) -> dict[str, str]:
 
 def _bm25_keys(cache: Path, files: Any) -> dict[str, str]:
     """`retriever=bm25` over each granularity's demo units."""
-    settings = bm25_settings(_demo(cache, "retriever=bm25").retriever)
+    settings = bm25_settings(BM25Spec.from_cfg(_demo(cache, "retriever=bm25").retriever))
     return {
         f"bm25/{gran}": content_key(units=hash_file(unit_file(files, gran)), bm25=settings)
         for gran in GRANULARITIES
@@ -88,10 +87,11 @@ def _propositionizer_keys(files: Any) -> dict[str, str]:
     teacher_cfg = _demo(FIXED_CACHE, "granularity=proposition", "propositionizer=teacher",
                         "propositionizer.prompt=conf/prompts/figure8.txt")  # fmt: skip
     passages = Path(files.passages)
-    opts = from_config(ModelSettings, model_cfg.propositionizer)
-    settings = model_backend._generation_settings(opts, model_cfg.trainer)
+    opts = propositionizer_settings(model_cfg.propositionizer)
+    settings = model_backend._generation_settings(opts, trainer_args(model_cfg))
     fingerprint = model_fingerprint(HUB_MODEL)
-    teacher = teacher_from_config(teacher_cfg.propositionizer, default_cache_dir=FIXED_CACHE)
+    teacher_opts = propositionizer_settings(teacher_cfg.propositionizer)
+    teacher = teacher_from_settings(teacher_opts, default_cache_dir=FIXED_CACHE)
     return {
         "propositions/model": propositions_key(model_cfg, passages),
         "propositions/teacher": propositions_key(teacher_cfg, passages),
