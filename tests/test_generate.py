@@ -12,7 +12,6 @@ import torch
 from omegaconf import OmegaConf
 
 from densex.propositionizer import fingerprint, model_backend
-from densex.propositionizer.generate import generate_propositions
 from densex.propositionizer.generator import PropositionGenerator, PropositionShardWriter
 from densex.propositionizer.output import manifest_path, passage_source
 from densex.propositionizer.resolve import SentenceSplitter
@@ -20,6 +19,7 @@ from densex.utils.generation import hit_max_new_tokens
 from densex.utils.io import DataError
 from helpers.config import compose_config
 from helpers.run_if import RunIf
+from helpers.typed import generate_propositions
 
 TRAINER = {"accelerator": "cpu", "devices": 1, "enable_progress_bar": False}
 

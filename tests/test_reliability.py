@@ -48,12 +48,12 @@ def test_truncated_units_file_is_rebuilt_or_refused(tmp_path, caplog):
     assert len(good.splitlines()) == 51
     files["passage"].write_bytes(b"".join(good.splitlines(keepends=True)[:40]))  # 51 -> 40 lines
 
-    integrity.configure({"on_damaged": "refuse"})
+    integrity.configure(on_damaged="refuse")
     with pytest.raises(integrity.DamagedArtifact) as e:
         build_units(corpus, out)
     assert "passage.jsonl" in str(e.value) and "size" in str(e.value) and "rm -r" in str(e.value)
 
-    integrity.configure({"on_damaged": "rebuild"})
+    integrity.configure(on_damaged="rebuild")
     build_units(corpus, out)  # before the fix: "units: reusing" the 40-line file
     assert files["passage"].read_bytes() == good
     assert "damaged units" in caplog.text
@@ -124,10 +124,10 @@ def test_flipped_bytes_in_a_faiss_shard_are_detected(sentence_units, tiny_bert_d
     data[200:600] = bytes(255 - b for b in data[200:600])  # 400 bytes flipped, same size
     shard.write_bytes(bytes(data))
 
-    integrity.configure({"on_damaged": "refuse"})
+    integrity.configure(on_damaged="refuse")
     with pytest.raises(integrity.DamagedArtifact, match="content hash"):
         _searcher(sentence_units, tiny_bert_dir, cache)
-    integrity.configure({"on_damaged": "rebuild"})
+    integrity.configure(on_damaged="rebuild")
     s2 = _searcher(sentence_units, tiny_bert_dir, cache)
     assert s2.info["index_built"] and not s2.info["encoded"]
     got = s2.search(queries, 10)
