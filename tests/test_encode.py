@@ -304,7 +304,7 @@ def test_predict_trainer_from_hydra_node_plain_kwargs_or_none(tmp_path) -> None:
 def test_two_processes_on_the_arrow_units_equal_one(squad_open: Path, tiny_bert, tmp_path) -> None:
     """The units stage's Arrow tables, encoded by 2 gloo processes (ddp_spawn): the same
     shards, ids and vectors as 1 process; the spawned ranks get a path, not a table."""
-    from densex.corpus.units import build_units
+    from helpers.typed import build_units
 
     rows = [p for p, _ in zip(read_jsonl(squad_open / "passages.jsonl"), range(30))]
     write_jsonl(tmp_path / "p.jsonl", rows)

@@ -10,12 +10,13 @@ import numpy as np
 import pytest
 from tests.helpers.config import group_config
 
-from densex.retrieval.faiss_index import build_index, exact_knn, measure_recall, shard_bounds
+from densex.retrieval.faiss_index import exact_knn, measure_recall, shard_bounds
 from densex.retrieval.sharded_index import ShardedIndex
 from densex.retrieval.spec import IndexSpec
 from densex.utils.io import DataError
 from helpers.config import compose_config
 from helpers.run_if import RunIf
+from helpers.typed import build_index
 
 faiss.omp_set_num_threads(1)
 

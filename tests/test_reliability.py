@@ -14,12 +14,12 @@ import pytest
 from tests.helpers.config import group_config
 
 from densex.corpus.readers import Skips, read_passages
-from densex.corpus.units import build_units
 from densex.propositionizer.parse import parse_propositions
 from densex.propositionizer.resolve import ParseStats, resolve_output
 from densex.utils import integrity
 from densex.utils.io import DataError, numbered_jsonl, read_json
 from helpers.config import compose_config
+from helpers.typed import build_units
 
 DEMO = Path(__file__).resolve().parents[1] / "data" / "demo"
 

@@ -10,12 +10,11 @@ from omegaconf import OmegaConf
 from rich.console import Console
 from tests.helpers.config import group_config
 
-from densex.corpus.documents import read_documents
 from densex.corpus.readers import read_passages
-from densex.corpus.units import build_units, print_unit_table, unit_stats
-from densex.corpus.units_key import units_dir_for, units_key
+from densex.corpus.units import print_unit_table, unit_stats
 from densex.utils.io import DataError
 from helpers.config import compose_config
+from helpers.typed import build_units, read_documents, units_dir_for, units_key
 
 
 def _corpus_cfg(repo_root: Path, squad_open: Path, **overrides):

@@ -27,13 +27,13 @@ import pytest
 from densex.corpus.beir import iter_beir_corpus
 from densex.corpus.collections import iter_passage_batches, iter_unit_batches
 from densex.corpus.readers import Skips, iter_proposition_rows
-from densex.corpus.sources import source_rows
 from densex.data.beir import load_beir_queries
 from densex.data.qrels import read_qrels
 from densex.data.questions import load_questions
 from densex.utils.io import DataError
 from helpers.env import subprocess_env
 from helpers.formats import read_jsonl, run_cli
+from helpers.typed import source_rows
 
 REPO = Path(__file__).resolve().parents[1]
 DEMO = REPO / "data" / "demo"

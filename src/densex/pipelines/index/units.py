@@ -14,7 +14,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from densex.corpus.units import build_units
 from densex.corpus.units_key import units_dir_for
-from densex.pipelines.edge import propositionizer_settings, trainer_args
+from densex.pipelines.edge import corpus_spec, propositionizer_settings, trainer_args
 from densex.propositionizer.output import manifest_path
 from densex.utils.cache import artifact_dir, content_key, hash_file
 from densex.utils.integrity import handle_damage, remove_orphans, verify_files
@@ -103,11 +103,12 @@ def build_corpus_units(cfg: DictConfig, with_generated: bool) -> Any:
     """`build_units` for cfg.corpus; with a model propositionizer, on its propositions."""
 
     cache_dir = Path(cfg.paths.cache_dir)
-    files = build_units(cfg.corpus, units_dir_for(cfg.corpus, cache_dir))
+    corpus = corpus_spec(cfg.corpus)
+    files = build_units(corpus, units_dir_for(corpus, cache_dir))
     if with_generated:
         props = generated_propositions(cfg, Path(files.passages))
-        out_dir = units_dir_for(cfg.corpus, cache_dir, propositions_path=props)
-        files = build_units(cfg.corpus, out_dir, propositions_path=props)
+        out_dir = units_dir_for(corpus, cache_dir, propositions_path=props)
+        files = build_units(corpus, out_dir, propositions_path=props)
     return files
 
 
