@@ -75,7 +75,7 @@ def test_a_killed_bm25_builds_directory_is_removed_before_the_next_build(tmp_pat
     """`utils.io.mkdtemp` build dirs carry the writer's host-pid: a dead writer's (a BM25 index
     killed mid-save) is removed when the index is next built; a live writer's is kept."""
 
-    from densex.retrieval.build import load_or_build_searcher
+    from helpers.typed import load_or_build_searcher
     from densex.utils.io import mkdtemp
 
     units = build_units(_demo_corpus(tmp_path), tmp_path / "units")["passage"]
@@ -99,7 +99,7 @@ def sentence_units(tmp_path_factory) -> Path:
 
 
 def _searcher(units: Path, tiny_bert_dir: Path, cache: Path, shard_size: int = 64):
-    from densex.retrieval.build import load_or_build_searcher
+    from helpers.typed import load_or_build_searcher
 
     retriever = {
         "name": "tiny",

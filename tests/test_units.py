@@ -11,6 +11,7 @@ from rich.console import Console
 from tests.helpers.config import group_config
 
 from densex.corpus.readers import read_passages
+from densex.corpus.spec import CorpusSpec
 from densex.corpus.units import print_unit_table, unit_stats
 from densex.utils.io import DataError
 from helpers.config import compose_config
@@ -233,11 +234,13 @@ def test_hf_and_jsonl_document_corpora(tmp_path) -> None:
     jsonl = tmp_path / "docs.jsonl"
     jsonl.write_text('{"title": "T", "text": "First."}\n{"title": "T", "text": "  "}\n')
     with pytest.raises(DataError) as err:
-        list(read_documents({"documents": str(jsonl), "documents_format": "jsonl"}))
+        list(read_documents({"name": "t", "documents": str(jsonl), "documents_format": "jsonl"}))
     assert (err.value.path, err.value.line, err.value.field) == (str(jsonl), 2, "text")
     bad_hf = datasets.Dataset.from_dict({"title": ["x"], "body": ["y"]})
     with pytest.raises(DataError, match="no such column"):
-        list(read_documents({"documents": bad_hf, "documents_format": "hf", "split": None}))
+        # an in-memory dataset: no config can hold one, the spec can
+        bad = CorpusSpec(name="t", documents=bad_hf, documents_format="hf", split=None)
+        list(read_documents(bad))
 
 
 def test_corpus_config_composes_with_command_line_overrides(repo_root, squad_open) -> None:

@@ -35,13 +35,13 @@ __all__ = [
 
 def load_or_build_searcher(
     units_path: Any, retriever: Any, index: Any, cache_dir: Any,
-    trainer_args: dict[str, Any] | None = None, **kwargs: Any,
+    trainer_args: dict[str, Any] | None = None, shard_size: int | None = None,
 ) -> Any:  # fmt: skip
     """`retrieval.build.load_or_build_searcher` with a retriever / index dict."""
     from densex.retrieval.build import load_or_build_searcher as build
 
     return build(units_path, retriever_spec(retriever), index_spec(index), cache_dir,
-                 trainer_args, **kwargs)  # fmt: skip
+                 trainer_args, shard_size)  # fmt: skip
 
 
 def encode_units_to_dir(
