@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-# a data row (JSON object, CSV row, results row), not configuration
+# config-types: the one alias of a data row (JSON object, CSV row, results row), not config
 Record = Mapping[str, Any]
 
 __all__ = ["Record"]

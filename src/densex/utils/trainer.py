@@ -38,8 +38,9 @@ class CloseSpawnedProcessGroup(pl.Callback):
 def hydra_multirun() -> bool:
     """Whether this process runs one job of a Hydra multirun (`-m`)."""
     try:
+        # config-import: Hydra's runtime state (is this a multirun job?), not the config tree
         from hydra.core.hydra_config import HydraConfig
-        from hydra.types import RunMode
+        from hydra.types import RunMode  # config-import: as above
     except ImportError:  # pragma: no cover - hydra is a dependency
         return False
     return HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
@@ -143,6 +144,7 @@ def predict_trainer(
         callbacks = [c for c in callbacks if not isinstance(c, ProgressBar)] + [LogProgress()]
     if target is None or target == "pytorch_lightning.Trainer":
         return pl.Trainer(**cfg, callbacks=callbacks)
+    # config-import: the trainer group's `_target_` (a Trainer subclass) built as Hydra would
     import hydra.utils
 
     return hydra.utils.instantiate(
