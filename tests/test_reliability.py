@@ -75,8 +75,8 @@ def test_a_killed_bm25_builds_directory_is_removed_before_the_next_build(tmp_pat
     """`utils.io.mkdtemp` build dirs carry the writer's host-pid: a dead writer's (a BM25 index
     killed mid-save) is removed when the index is next built; a live writer's is kept."""
 
-    from helpers.typed import load_or_build_searcher
     from densex.utils.io import mkdtemp
+    from helpers.typed import load_or_build_searcher
 
     units = build_units(_demo_corpus(tmp_path), tmp_path / "units")["passage"]
     bm25 = group_config("retriever", "bm25")
