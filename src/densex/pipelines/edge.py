@@ -1,8 +1,8 @@
 """The config tree turned into what the layers below `pipelines/` take: typed specs and plain
 values, once per entry (docs/architecture.md, "Typed at the edge").
 
-`corpus_spec`, `retriever_spec`, `index_spec`, `cache_spec`, `dataset_spec`: a group's node
-as its schema object; `trainer_args`: the `trainer` group's plain values for the predict
+`corpus_spec`, `retriever_spec` (`BM25Spec` for `type: sparse`, else `RetrieverSpec`),
+`index_spec`, `cache_spec`, `dataset_spec`: a group's node as its schema object; `trainer_args`: the `trainer` group's plain values for the predict
 trainers of encoding and generation; `propositionizer_settings`: the propositionizer group's
 settings dataclass for its `type`; `build_reader`: the `reader` node's QA reader (or None);
 `wandb_settings`: the `logger.wandb` node's plain values (or None: no W&B).
@@ -17,8 +17,6 @@ from omegaconf import DictConfig, OmegaConf
 from densex.corpus.spec import CorpusSpec
 from densex.data.spec import DatasetSpec
 from densex.propositionizer.settings import ModelSettings, PropositionizerSettings, TeacherSettings
-
-# `retriever_spec(cfg.retriever)`: a `BM25Spec` for `type: sparse`, else a `RetrieverSpec`
 from densex.retrieval.spec import IndexSpec, retriever_spec
 from densex.utils.config import ConfigNode, from_config, plain_settings, to_spec
 from densex.utils.integrity import CacheSpec
@@ -27,7 +25,6 @@ if TYPE_CHECKING:  # the reader (transformers) loads only when a cell has one
     from densex.qa.reader import Reader
 
 __all__ = [
-    "wandb_settings",
     "build_reader",
     "cache_spec",
     "corpus_spec",
@@ -36,6 +33,7 @@ __all__ = [
     "propositionizer_settings",
     "retriever_spec",
     "trainer_args",
+    "wandb_settings",
 ]
 
 
