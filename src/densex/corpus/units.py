@@ -155,6 +155,14 @@ def build_units(
     )
 
 
+def _config_record(corpus: CorpusSpec) -> dict[str, Any]:
+    """The manifest's copy of the corpus settings (JSON values; an in-memory dataset given as
+    `documents` is recorded by its text, never deep-copied)."""
+    fields = {f.name: getattr(corpus, f.name) for f in dataclasses.fields(corpus)}
+    fields["segmentation"] = dataclasses.asdict(corpus.segmentation)
+    return json.loads(json.dumps(fields, default=str))
+
+
 def _build(
     corpus: CorpusSpec, out: Path, key: str,
     propositions_path: str | os.PathLike | None, overwrite: bool,
@@ -184,7 +192,7 @@ def _build(
         "tables": {t: f"arrow/{t}" for t in ("passages", *grans)},
         "inputs": input_record(corpus, propositions_path, "proposition" in grans),
         "sentencizer": sentencizer_id(seg["spacy_model"]),
-        "config": json.loads(json.dumps(dataclasses.asdict(corpus), default=str)),
+        "config": _config_record(corpus),
         "skipped": skips.summary(),
         "seconds": round(time.perf_counter() - start, 2),
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
