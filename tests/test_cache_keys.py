@@ -13,8 +13,9 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
+from densex.corpus.units_key import units_key
 from densex.pipelines.compose import PROJECT_ROOT
-from densex.pipelines.edge import propositionizer_settings, trainer_args
+from densex.pipelines.edge import corpus_spec, propositionizer_settings, trainer_args
 from densex.pipelines.index.units import build_corpus_units, propositions_key, unit_file
 from densex.propositionizer import fingerprint as fingerprint_module
 from densex.propositionizer import model_backend
@@ -117,3 +118,20 @@ def test_every_cache_key_of_the_demo_is_unchanged(tmp_path, monkeypatch) -> None
     monkeypatch.chdir(PROJECT_ROOT)
     monkeypatch.setattr(fingerprint_module, "hub_commit", lambda repo, cache_dir=None: "c0ffee")
     assert demo_keys(tmp_path) == PINNED
+
+
+# the units keys of the other shipped corpora (the squad-open files' hashes; FactoidWiki's and
+# the Wikipedia dump's hub ids with their settings), measured on commit 4dbbf4a too
+CORPUS_UNITS_KEYS = {
+    "squad-open": "75e5b9597cab",
+    "factoid-wiki": "573cbb8c38c5",
+    "wikipedia-hf": "cbd1a15667a0",
+}
+
+
+def test_units_keys_of_the_shipped_corpora_are_unchanged() -> None:
+    got = {
+        corpus: units_key(corpus_spec(compose_config("evaluate", f"corpus={corpus}").corpus))
+        for corpus in CORPUS_UNITS_KEYS
+    }
+    assert got == CORPUS_UNITS_KEYS
