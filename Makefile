@@ -31,6 +31,7 @@ lint: setup
 	$(PY) -m ruff format --check src tests benchmarks scripts *.py
 	PYTHONPATH=src .venv/bin/lint-imports --no-cache
 	$(PY) scripts/long_functions.py --check src
+	$(PY) scripts/config_imports.py --check src/densex
 
 bench: setup
 	for f in benchmarks/*.py; do $(PY) $$f || exit 1; done

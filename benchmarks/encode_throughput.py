@@ -44,13 +44,16 @@ def main() -> None:
     import torch
 
     from densex.pipelines.compose import group_config
+    from densex.pipelines.edge import retriever_spec
     from densex.retrieval.encode import encode_units_to_dir
     from densex.retrieval.encoders import build_retriever, format_units
     from densex.utils.io import read_jsonl, write_jsonl
 
     torch.set_num_threads(args.threads)
-    cfg = group_config(
-        "retriever", args.retriever, f"retriever.batch_size={args.batch_size}", *args.overrides
+    cfg = retriever_spec(  # the spec evaluate.py's pipeline would build from the group
+        group_config(
+            "retriever", args.retriever, f"retriever.batch_size={args.batch_size}", *args.overrides
+        )
     )
     passages = Path(args.data) / "squad-open" / "passages.jsonl"
     units = [u for _, u in zip(range(args.n), read_jsonl(passages))]

@@ -55,13 +55,14 @@ ST_BACKENDS = {
 def densex_encode(units: list[dict], name: str, overrides: list[str], work: Path, args) -> dict:
     """One densex runtime: vectors (file order) and units/s of the encode stage."""
     from densex.pipelines.compose import group_config
+    from densex.pipelines.edge import retriever_spec
     from densex.retrieval.encode import encode_units_to_dir
     from densex.utils.io import write_jsonl
 
-    cfg = group_config(
+    cfg = retriever_spec(group_config(
         "retriever", "minilm", f"retriever.batch_size={args.batch_size}",
         f"retriever.export_dir={work / 'exports'}", *overrides,
-    )  # fmt: skip
+    ))  # fmt: skip
     trainer = {"accelerator": "cpu", "devices": 1, "enable_progress_bar": False}
     warm = work / f"warm-{name}.jsonl"
     write_jsonl(warm, units[:4])  # the export (and first-call costs) before the clock

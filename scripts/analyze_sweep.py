@@ -27,7 +27,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
 
     from densex.analysis.sweep import analyze_sweep
-    from densex.report.callback import aggregate_sweep
+    from densex.report.aggregate import aggregate_sweep
 
     aggregate_sweep(args.sweep_dir, None, args.ks)
     written = analyze_sweep(

@@ -202,7 +202,7 @@ def test_rrf_cell_is_the_fusion_of_the_granularity_cells(sweep, article):
 
 def test_analyze_sweep_writes_significance_and_winloss(sweep):
     from densex.analysis.sweep import analyze_sweep
-    from densex.report.callback import aggregate_sweep
+    from densex.report.aggregate import aggregate_sweep
 
     aggregate_sweep(sweep, ks=(5, 20))
     written = analyze_sweep(sweep, ks=(5, 20), n_resamples=2000, seed=0)

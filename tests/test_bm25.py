@@ -9,10 +9,11 @@ import numpy as np
 import pytest
 from tests.helpers.config import group_config
 
-from densex.retrieval.bm25 import BM25Searcher, bm25_settings
-from densex.retrieval.build import load_or_build_searcher
+from densex.retrieval.bm25 import BM25Searcher
+from densex.retrieval.spec import BM25Spec
 from densex.utils.io import read_jsonl, write_jsonl
 from helpers.requires import require_module
+from helpers.typed import load_or_build_searcher
 
 DOCS = [
     {"id": "a", "title": "", "text": "red apple red fruit"},
@@ -43,7 +44,7 @@ def _lucene(query: list[str], k1: float = 0.9, b: float = 0.4) -> np.ndarray:
 
 
 def test_scores_match_lucene_formula_and_nonmatches_are_minus_one(tiny_units: Path) -> None:
-    s = BM25Searcher.build(tiny_units, {"name": "bm25", "type": "sparse"})
+    s = BM25Searcher.build(tiny_units, BM25Spec.from_cfg({"name": "bm25", "type": "sparse"}))
     scores, rows = s.search(["red fruit", "apple", "zzzunknown"], 6)
     want = _lucene(["red", "fruit"])
     assert rows[0].tolist() == [0, 2, -1, -1, -1, -1]
@@ -56,9 +57,9 @@ def test_scores_match_lucene_formula_and_nonmatches_are_minus_one(tiny_units: Pa
 
 
 def test_settings_validate() -> None:
-    assert bm25_settings({"name": "bm25"})["k1"] == 0.9
+    assert BM25Spec.from_cfg({"name": "bm25"}).k1 == 0.9
     with pytest.raises(ValueError, match="unknown config keys"):
-        bm25_settings({"name": "bm25", "k": 1.0})
+        BM25Spec.from_cfg({"name": "bm25", "k": 1.0})
 
 
 def test_cached_bm25_searcher_round_trip(tiny_units: Path, tmp_path: Path, repo_root) -> None:
@@ -95,9 +96,9 @@ def test_stemmer_english_matches_word_forms(tiny_units: Path) -> None:
     "fruits" find the units that say "apple" and "fruit"; without stemming they find none."""
     require_module("Stemmer", "PyStemmer>=2.2")
     query = ["apples fruits"]
-    plain = BM25Searcher.build(tiny_units, {"name": "bm25"})
+    plain = BM25Searcher.build(tiny_units, BM25Spec(name="bm25"))
     assert (plain.search(query, 2)[1] == -1).all()
-    stemmed = BM25Searcher.build(tiny_units, {"name": "bm25", "stemmer": "english"})
+    stemmed = BM25Searcher.build(tiny_units, BM25Spec(name="bm25", stemmer="english"))
     scores, rows = stemmed.search(query, 4)
     assert set(rows[0][:3].tolist()) == {0, 1, 2}
     assert rows[0][0] == 0  # "red apple red fruit": both stems

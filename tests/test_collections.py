@@ -221,9 +221,9 @@ def test_factoid_wiki_local_copy_builds_units_and_retrieves(
 ) -> None:
     """corpus=factoid-wiki on a local copy: the units stage maps every proposition to its
     passage row by the config's rule, and a hash index retrieves the passage of a question."""
-    from densex.corpus.units import build_units, unit_tables
-    from densex.retrieval.build import load_or_build_searcher
+    from densex.corpus.units import unit_tables
     from densex.retrieval.search import retrieve_passages
+    from helpers.typed import build_units, load_or_build_searcher
 
     cfg = factoid_cfg(
         repo_root,

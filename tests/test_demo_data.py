@@ -167,8 +167,7 @@ def test_many_answers_sit_in_pronoun_sentences(passages, questions, sentencizer)
 
 def test_demo_configs_load_through_the_pipeline(repo_root, tmp_path, passages, questions):
     """corpus=demo and dataset=demo compose, resolve to the shipped files and load."""
-    from densex.corpus.units import build_units
-    from densex.data.questions import load_dataset_questions
+    from helpers.typed import build_units, load_dataset_questions
 
     cfg = compose_config("evaluate", "corpus=demo", "dataset=demo")
     assert cfg.corpus.name == cfg.dataset.name == "demo"

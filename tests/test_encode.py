@@ -13,11 +13,10 @@ from omegaconf import OmegaConf
 from tests.helpers.config import group_config
 
 from densex.retrieval import build as build_mod
-from densex.retrieval.build import load_or_build_searcher
 from densex.retrieval.embedding_store import EmbeddingStore
-from densex.retrieval.encode import encode_units_to_dir
 from densex.retrieval.encode_lightning import EmbeddingShardWriter
 from densex.utils.io import DataError, read_jsonl, write_jsonl
+from helpers.typed import encode_units_to_dir, load_or_build_searcher
 
 torch.set_num_threads(1)
 
@@ -58,7 +57,7 @@ def reference(units_file, tiny_bert, tmp_path_factory) -> EmbeddingStore:
 
 
 def test_shards_manifest_and_row_order(reference: EmbeddingStore, units_file, tiny_bert) -> None:
-    from densex.retrieval.encoders import build_retriever
+    from helpers.typed import build_retriever
 
     units = list(read_jsonl(units_file))
     assert reference.ids == [u["id"] for u in units]
@@ -170,7 +169,7 @@ def test_searcher_is_cached_and_finds_the_unit_itself(
     cfg.query_max_length = cfg.max_length  # queries below are whole passages: no truncation
     index_cfg = group_config("index", "flat")
     index_cfg.num_shards = 2
-    first = load_or_build_searcher(units_file, cfg, index_cfg, tmp_path, trainer_cfg=CPU)
+    first = load_or_build_searcher(units_file, cfg, index_cfg, tmp_path, trainer_args=CPU)
     assert first.info["encoded"] and first.info["index_built"]
     assert first.ntotal == 40 and len(first.unit_ids) == 40
     units = list(read_jsonl(units_file))
@@ -185,7 +184,7 @@ def test_searcher_is_cached_and_finds_the_unit_itself(
 
     monkeypatch.setattr(build_mod, "encode_units_to_dir", no_encoding)
     monkeypatch.setattr(build_mod, "build_index_to_dir", no_encoding)
-    second = load_or_build_searcher(units_file, cfg, index_cfg, tmp_path, trainer_cfg=CPU)
+    second = load_or_build_searcher(units_file, cfg, index_cfg, tmp_path, trainer_args=CPU)
     assert not second.info["encoded"] and not second.info["index_built"]
     assert second.info["index_dir"] == first.info["index_dir"]
     s2, r2 = second.search(queries, 50)
@@ -194,7 +193,7 @@ def test_searcher_is_cached_and_finds_the_unit_itself(
     # another index setting reuses the embeddings, builds a new index
     monkeypatch.undo()
     index_cfg.num_shards = 1
-    third = load_or_build_searcher(units_file, cfg, index_cfg, tmp_path, trainer_cfg=CPU)
+    third = load_or_build_searcher(units_file, cfg, index_cfg, tmp_path, trainer_args=CPU)
     assert not third.info["encoded"] and third.info["index_built"]
     assert third.info["embeddings_dir"] == first.info["embeddings_dir"]
 
@@ -204,12 +203,12 @@ def test_encoding_precision_is_the_retrievers_and_part_of_the_cache_key(
 ) -> None:
     """`trainer.precision` (auto = bf16-mixed on a GPU) never reaches unit encoding: the
     retriever's `precision` (default 32-true) does, and it keys the embeddings cache."""
-    from densex.retrieval.encoders import build_retriever
+    from helpers.typed import build_retriever
 
     bf16_trainer = {**CPU, "precision": "bf16-mixed"}
-    fp32 = load_or_build_searcher(units_file, tiny_bert, None, tmp_path, trainer_cfg=bf16_trainer)
+    fp32 = load_or_build_searcher(units_file, tiny_bert, None, tmp_path, trainer_args=bf16_trainer)
     bf16_cfg = {**tiny_bert, "precision": "bf16-mixed"}
-    bf16 = load_or_build_searcher(units_file, bf16_cfg, None, tmp_path, trainer_cfg=CPU)
+    bf16 = load_or_build_searcher(units_file, bf16_cfg, None, tmp_path, trainer_args=CPU)
     assert fp32.info["encoded"] and bf16.info["encoded"]
     assert fp32.info["embeddings_dir"] != bf16.info["embeddings_dir"]
     assert fp32.info["index_dir"] != bf16.info["index_dir"]
@@ -228,7 +227,7 @@ def test_encoding_precision_is_the_retrievers_and_part_of_the_cache_key(
     assert in_process.dtype == np.float32
     assert np.abs(in_process - e16.embeddings).max() < gap / 2
     # a second call with the bf16 trainer finds the fp32 cache entry again
-    again = load_or_build_searcher(units_file, tiny_bert, None, tmp_path, trainer_cfg=bf16_trainer)
+    again = load_or_build_searcher(units_file, tiny_bert, None, tmp_path, trainer_args=bf16_trainer)
     assert not again.info["encoded"]
     assert again.info["embeddings_dir"] == fp32.info["embeddings_dir"]
 
@@ -240,7 +239,7 @@ def test_changing_search_params_reuses_the_index(
     import faiss
 
     hnsw = {"name": "hnsw", "factory": "HNSW32", "params": {"efSearch": 16}, "recall_queries": 5}
-    first = load_or_build_searcher(units_file, tiny_bert, hnsw, tmp_path, trainer_cfg=CPU)
+    first = load_or_build_searcher(units_file, tiny_bert, hnsw, tmp_path, trainer_args=CPU)
     assert first.info["index_built"] and first.info["index_recall"]["params"] == {"efSearch": 16}
 
     def no_build(*args, **kwargs):
@@ -249,7 +248,7 @@ def test_changing_search_params_reuses_the_index(
     monkeypatch.setattr(build_mod, "encode_units_to_dir", no_build)
     monkeypatch.setattr(build_mod, "build_index_to_dir", no_build)
     changed = {**hnsw, "params": {"efSearch": 64}, "recall_queries": 20, "recall_k": 5}
-    second = load_or_build_searcher(units_file, tiny_bert, changed, tmp_path, trainer_cfg=CPU)
+    second = load_or_build_searcher(units_file, tiny_bert, changed, tmp_path, trainer_args=CPU)
     assert not second.info["index_built"]
     assert second.info["index_dir"] == first.info["index_dir"]
     shard = faiss.downcast_index(second.index.shards[0])
@@ -258,7 +257,10 @@ def test_changing_search_params_reuses_the_index(
 
 def test_predict_trainer_from_hydra_node_plain_kwargs_or_none(tmp_path) -> None:
     """One predict-Trainer builder (encode + generate): predict-only settings, precision
-    resolved, an explicit precision wins over the config's."""
+    resolved, an explicit precision wins over the config's; the trainer node reaches it as
+    the entry pipelines convert it (`pipelines.edge.trainer_args`)."""
+    from densex.pipelines.edge import trainer_args
+    from densex.utils.config import plain_settings
     from densex.utils.trainer import predict_trainer
 
     node = OmegaConf.create(
@@ -274,15 +276,19 @@ def test_predict_trainer_from_hydra_node_plain_kwargs_or_none(tmp_path) -> None:
             },
         }
     )
-    t = predict_trainer(node.trainer)
+    t = predict_trainer(trainer_args(node))
     assert t.precision == "bf16-mixed" and t.logger is None
     assert t.default_root_dir == str(tmp_path / "out")
     assert t.checkpoint_callback is None
-    t = predict_trainer(node.trainer, root_dir=tmp_path / "enc", precision="32-true")
+    t = predict_trainer(trainer_args(node), root_dir=tmp_path / "enc", precision="32-true")
     assert t.precision == "32-true" and t.default_root_dir == str(tmp_path / "enc")
     # a standalone node whose interpolation cannot resolve is fine when root_dir replaces it
     alone = OmegaConf.create(OmegaConf.to_container(node.trainer, resolve=False))
-    assert predict_trainer(alone, root_dir=tmp_path).default_root_dir == str(tmp_path)
+    args = plain_settings(alone, optional=("default_root_dir",))
+    assert "default_root_dir" not in args
+    assert predict_trainer(args, root_dir=tmp_path).default_root_dir == str(tmp_path)
+    with pytest.raises(Exception, match="output_dir"):  # not optional: the error is raised
+        plain_settings(alone)
     t = predict_trainer(
         {**CPU, "precision": "auto"}, callbacks=[EmbeddingShardWriter(tmp_path, [], {}, "float32")]
     )
@@ -298,7 +304,7 @@ def test_predict_trainer_from_hydra_node_plain_kwargs_or_none(tmp_path) -> None:
 def test_two_processes_on_the_arrow_units_equal_one(squad_open: Path, tiny_bert, tmp_path) -> None:
     """The units stage's Arrow tables, encoded by 2 gloo processes (ddp_spawn): the same
     shards, ids and vectors as 1 process; the spawned ranks get a path, not a table."""
-    from densex.corpus.units import build_units
+    from helpers.typed import build_units
 
     rows = [p for p, _ in zip(read_jsonl(squad_open / "passages.jsonl"), range(30))]
     write_jsonl(tmp_path / "p.jsonl", rows)
@@ -329,11 +335,11 @@ def test_under_ddp_only_rank_0_builds_the_index(units_file, tiny_bert, tmp_path,
     from densex.retrieval.build import EncodedUnits
 
     monkeypatch.setenv("RANK", "1")
-    other = load_or_build_searcher(units_file, tiny_bert, None, tmp_path, trainer_cfg=CPU)
+    other = load_or_build_searcher(units_file, tiny_bert, None, tmp_path, trainer_args=CPU)
     assert isinstance(other, EncodedUnits) and other.ntotal == 40 and other.info["encoded"]
     assert not list(tmp_path.glob("index/**/manifest.json"))
     with pytest.raises(RuntimeError, match="only rank 0 searches"):
         other.search(["q"], 1)
     monkeypatch.delenv("RANK")
-    zero = load_or_build_searcher(units_file, tiny_bert, None, tmp_path, trainer_cfg=CPU)
+    zero = load_or_build_searcher(units_file, tiny_bert, None, tmp_path, trainer_args=CPU)
     assert zero.info["index_built"] and not zero.info["encoded"] and zero.ntotal == 40

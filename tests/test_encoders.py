@@ -9,8 +9,9 @@ import pytest
 import torch
 from tests.helpers.config import group_config
 
-from densex.retrieval.encoders import build_retriever, format_units
+from densex.retrieval.encoders import format_units
 from densex.retrieval.spec import RetrieverSpec
+from helpers.typed import build_retriever
 
 torch.set_num_threads(1)
 

@@ -10,12 +10,13 @@ import numpy as np
 import pytest
 from tests.helpers.config import group_config
 
-from densex.retrieval.faiss_index import build_index, exact_knn, measure_recall, shard_bounds
+from densex.retrieval.faiss_index import exact_knn, measure_recall, shard_bounds
 from densex.retrieval.sharded_index import ShardedIndex
 from densex.retrieval.spec import IndexSpec
 from densex.utils.io import DataError
 from helpers.config import compose_config
 from helpers.run_if import RunIf
+from helpers.typed import build_index, build_index_to_dir
 
 faiss.omp_set_num_threads(1)
 
@@ -200,8 +201,6 @@ def test_search_params_are_not_part_of_the_build_key() -> None:
 def test_memory_mapped_search_over_4_shards_equals_one_index(factory: str, tmp_path: Path) -> None:
     """A memory budget below the index size: 4 shards written as built, each searched
     memory-mapped in turn, the same top-k (rows and scores) as one in-memory index."""
-    from densex.retrieval.faiss_index import build_index_to_dir
-
     x, q = _vectors(4000, 32, 7), _vectors(60, 32, 8)
     spec = {"name": "f", "factory": factory, "params": {"nprobe": 16} if "IVF" in factory else {}}
     single = build_index(x, spec)

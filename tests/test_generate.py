@@ -11,8 +11,8 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
+from densex.pipelines.edge import trainer_args
 from densex.propositionizer import fingerprint, model_backend
-from densex.propositionizer.generate import generate_propositions
 from densex.propositionizer.generator import PropositionGenerator, PropositionShardWriter
 from densex.propositionizer.output import manifest_path, passage_source
 from densex.propositionizer.resolve import SentenceSplitter
@@ -20,6 +20,7 @@ from densex.utils.generation import hit_max_new_tokens
 from densex.utils.io import DataError
 from helpers.config import compose_config
 from helpers.run_if import RunIf
+from helpers.typed import generate_propositions
 
 TRAINER = {"accelerator": "cpu", "devices": 1, "enable_progress_bar": False}
 
@@ -250,14 +251,16 @@ def test_propositionizer_configs_compose(repo_root, tiny_t5, tmp_path):
     path.write_text(
         json.dumps({"id": "a", "title": "T", "section": "", "text": "A is B. C is D."}) + "\n"
     )
-    # the project's trainer config (Hydra `_target_`), as index.py passes it
+    # the project's trainer config (Hydra `_target_`), as index.py passes it: its plain values
     trainer = OmegaConf.load(repo_root / "conf" / "trainer" / "default.yaml")
     trainer.default_root_dir, trainer.accelerator, trainer.enable_progress_bar = (
         str(tmp_path),
         "cpu",
         False,
     )
-    out = generate_propositions(path, model, tmp_path / "o" / "p.jsonl", trainer)
+    args = trainer_args(OmegaConf.create({"trainer": trainer}))
+    assert args["_target_"] == "pytorch_lightning.Trainer"
+    out = generate_propositions(path, model, tmp_path / "o" / "p.jsonl", args)
     assert [r["id"] for r in _read(out)] == ["a"]
 
 

@@ -316,7 +316,7 @@ def test_experiment_configs_compose(repo_root, experiment):
     cfg = compose_config("evaluate", f"experiment={experiment}", hydra=True)
     params = cfg.hydra.sweeper.params
     assert params.granularity == "passage,sentence,proposition"
-    assert cfg.hydra.callbacks.aggregate._target_ == "densex.report.callback.AggregateResults"
+    assert cfg.hydra.callbacks.aggregate._target_ == "densex.pipelines.callbacks.AggregateResults"
     if experiment == "demo":
         assert cfg.corpus.name == "demo" and cfg.retriever.name == "minilm"
         assert list(cfg.hydra.callbacks.aggregate.ks) == [1, 5, 20]

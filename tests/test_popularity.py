@@ -224,7 +224,7 @@ def test_short_retrievals_warn_once_or_raise(tmp_path, caplog):
 def test_eq_ids_match_the_dataset_config_loader(eq_dir, tmp_path):
     """popularity and evaluate (load_dataset_questions with conf/dataset/eq.yaml) agree on ids,
     whatever the directory is called."""
-    from densex.data.questions import load_dataset_questions
+    from helpers.typed import load_dataset_questions
 
     link = tmp_path / "entity_questions"
     link.symlink_to(eq_dir, target_is_directory=True)

@@ -11,10 +11,11 @@ from omegaconf import OmegaConf
 from tests.helpers.config import group_config
 
 from densex.corpus.readers import Skips
-from densex.data.questions import load_dataset_questions, load_questions, questions_from_hf
+from densex.data.questions import load_questions, questions_from_hf
 from densex.data.regex_answers import UnmatchablePattern
 from densex.metrics.answers import has_answer
 from densex.utils.io import DataError
+from helpers.typed import load_dataset_questions
 
 REAL = {
     "nq": 3610,

@@ -7,8 +7,9 @@ import json
 import pytest
 
 from densex.metrics.answers import exact_match
+from densex.pipelines.edge import build_reader
 from densex.qa.cell import answer_em, qa_metrics, regex_exact_match
-from densex.qa.reader import Reader, build_reader, unifiedqa_input
+from densex.qa.reader import Reader, unifiedqa_input
 from densex.utils.models import resolve_dtype
 from helpers.config import compose_config
 
@@ -229,7 +230,8 @@ def test_qa_metrics_with_tiny_reader_on_squad(tiny_cfg, squad_open, tmp_path):
     passages = [p["text"] for p in read_jsonl(squad_open / "passages.jsonl")][:10]
     questions = list(read_jsonl(squad_open / "questions.jsonl"))[:12]
     ranked = [passages[i % 10 :] + passages[: i % 10] for i in range(len(questions))]
-    m = qa_metrics(questions, ranked, tiny_cfg, budget=100, max_words=500, out_dir=tmp_path)
+    reader = build_reader(tiny_cfg)
+    m = qa_metrics(questions, ranked, reader, budget=100, max_words=500, out_dir=tmp_path)
     assert {"em@100", "answer_recall@100", "answer_recall@500"} <= set(m)
     preds = [json.loads(line) for line in (tmp_path / "reader_predictions.jsonl").open()]
     # EM@100 is SQuAD EM of the written predictions against the gold answers, in percent

@@ -14,12 +14,12 @@ import pytest
 from tests.helpers.config import group_config
 
 from densex.corpus.readers import Skips, read_passages
-from densex.corpus.units import build_units
 from densex.propositionizer.parse import parse_propositions
 from densex.propositionizer.resolve import ParseStats, resolve_output
 from densex.utils import integrity
 from densex.utils.io import DataError, numbered_jsonl, read_json
 from helpers.config import compose_config
+from helpers.typed import build_units
 
 DEMO = Path(__file__).resolve().parents[1] / "data" / "demo"
 
@@ -48,12 +48,12 @@ def test_truncated_units_file_is_rebuilt_or_refused(tmp_path, caplog):
     assert len(good.splitlines()) == 51
     files["passage"].write_bytes(b"".join(good.splitlines(keepends=True)[:40]))  # 51 -> 40 lines
 
-    integrity.configure({"on_damaged": "refuse"})
+    integrity.configure(on_damaged="refuse")
     with pytest.raises(integrity.DamagedArtifact) as e:
         build_units(corpus, out)
     assert "passage.jsonl" in str(e.value) and "size" in str(e.value) and "rm -r" in str(e.value)
 
-    integrity.configure({"on_damaged": "rebuild"})
+    integrity.configure(on_damaged="rebuild")
     build_units(corpus, out)  # before the fix: "units: reusing" the 40-line file
     assert files["passage"].read_bytes() == good
     assert "damaged units" in caplog.text
@@ -75,8 +75,8 @@ def test_a_killed_bm25_builds_directory_is_removed_before_the_next_build(tmp_pat
     """`utils.io.mkdtemp` build dirs carry the writer's host-pid: a dead writer's (a BM25 index
     killed mid-save) is removed when the index is next built; a live writer's is kept."""
 
-    from densex.retrieval.build import load_or_build_searcher
     from densex.utils.io import mkdtemp
+    from helpers.typed import load_or_build_searcher
 
     units = build_units(_demo_corpus(tmp_path), tmp_path / "units")["passage"]
     bm25 = group_config("retriever", "bm25")
@@ -99,7 +99,7 @@ def sentence_units(tmp_path_factory) -> Path:
 
 
 def _searcher(units: Path, tiny_bert_dir: Path, cache: Path, shard_size: int = 64):
-    from densex.retrieval.build import load_or_build_searcher
+    from helpers.typed import load_or_build_searcher
 
     retriever = {
         "name": "tiny",
@@ -124,10 +124,10 @@ def test_flipped_bytes_in_a_faiss_shard_are_detected(sentence_units, tiny_bert_d
     data[200:600] = bytes(255 - b for b in data[200:600])  # 400 bytes flipped, same size
     shard.write_bytes(bytes(data))
 
-    integrity.configure({"on_damaged": "refuse"})
+    integrity.configure(on_damaged="refuse")
     with pytest.raises(integrity.DamagedArtifact, match="content hash"):
         _searcher(sentence_units, tiny_bert_dir, cache)
-    integrity.configure({"on_damaged": "rebuild"})
+    integrity.configure(on_damaged="rebuild")
     s2 = _searcher(sentence_units, tiny_bert_dir, cache)
     assert s2.info["index_built"] and not s2.info["encoded"]
     got = s2.search(queries, 10)

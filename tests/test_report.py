@@ -9,7 +9,9 @@ import math
 import pytest
 from omegaconf import OmegaConf
 
-from densex.report.callback import AggregateResults, aggregate_sweep
+from densex.pipelines.callbacks import AggregateResults
+from densex.pipelines.edge import wandb_settings
+from densex.report.aggregate import aggregate_sweep
 from densex.report.table2 import (
     find_results,
     load_results,
@@ -125,11 +127,12 @@ def test_callback_with_nothing_to_aggregate(tmp_path):
 
 
 def test_wandb_offline_run_logs_the_cell(tmp_path, monkeypatch):
-    from densex.report.wandb_log import init_run, log_cell, log_table, wandb_settings
+    from densex.report.wandb_log import init_run, log_cell, log_table
 
     monkeypatch.setenv("WANDB_MODE", "offline")
     monkeypatch.setenv("WANDB_SILENT", "true")
-    assert init_run(OmegaConf.create({"logger": {}})) is None  # logger=none: no W&B at all
+    # logger=none: no W&B at all
+    assert init_run(wandb_settings(OmegaConf.create({"logger": {}}))) is None
     cfg = OmegaConf.create(
         {
             "out": str(tmp_path),
@@ -144,7 +147,7 @@ def test_wandb_offline_run_logs_the_cell(tmp_path, monkeypatch):
         }
     )
     assert wandb_settings(cfg)["save_dir"] == str(tmp_path)
-    run = init_run(cfg, name="cell", config={"retriever": "minilm"})
+    run = init_run(wandb_settings(cfg), name="cell", config={"retriever": "minilm"})
     log_cell(
         run,
         {"retriever": "minilm", "recall@5": 0.5, "n_questions": 2},
@@ -298,7 +301,7 @@ def test_wandb_gets_the_answer_recall_curve_figure_and_table3(tmp_path, monkeypa
     import wandb  # a core dependency
 
     from densex.qa.cell import write_curve
-    from densex.report import callback, wandb_log
+    from densex.report import aggregate, wandb_log
 
     run = _RecordingRun()
     wandb_log.log_cell(run, {"recall@5": 50.0}, [], [0.5], ([0, 1, 2], [0.0, 10.0, 20.0]))
@@ -312,8 +315,8 @@ def test_wandb_gets_the_answer_recall_curve_figure_and_table3(tmp_path, monkeypa
     for i in range(2):
         write_curve(tmp_path / str(i) / "answer_recall_by_words.csv", [0.0, 10.0, 50.0])
     sweep_run = _RecordingRun()
-    monkeypatch.setattr(callback, "init_run", lambda *a, **k: sweep_run)
-    callback.aggregate_sweep(tmp_path, OmegaConf.create({"logger": {"wandb": {}}}))
+    monkeypatch.setattr(aggregate, "init_run", lambda *a, **k: sweep_run)
+    aggregate.aggregate_sweep(tmp_path, wandb_settings(OmegaConf.create({"logger": {"wandb": {}}})))
     assert isinstance(sweep_run.logged["answer_recall_by_words"], wandb.Image)
     table3 = sweep_run.logged["table3"]
     assert isinstance(table3, wandb.Table) and len(table3.data) == 2

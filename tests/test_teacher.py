@@ -18,10 +18,10 @@ from helpers.requires import require_module  # noqa: E402
 
 require_module("openai", "openai>=1.40")
 
-from densex.propositionizer.generate import generate_propositions  # noqa: E402
 from densex.propositionizer.output import manifest_path  # noqa: E402
 from densex.propositionizer.resolve import SentenceSplitter  # noqa: E402
 from densex.propositionizer.teacher import TeacherError, fill_prompt  # noqa: E402
+from helpers.typed import generate_propositions  # noqa: E402
 
 SECRET = "sk-densex-test-9f8e7d6c5b4a-DO-NOT-LEAK"
 KEY_ENV = "DENSEX_TEST_TEACHER_KEY"

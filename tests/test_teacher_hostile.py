@@ -17,11 +17,11 @@ from helpers.requires import require_module  # noqa: E402
 
 require_module("openai", "openai>=1.40")
 
-from densex.propositionizer.generate import generate_propositions  # noqa: E402
 from densex.propositionizer.output import manifest_path  # noqa: E402
 from densex.propositionizer.teacher import Teacher, TeacherError  # noqa: E402
 from helpers.env import subprocess_env  # noqa: E402
 from helpers.hostile import HostileServer  # noqa: E402
+from helpers.typed import generate_propositions  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 DEMO = REPO / "data" / "demo"

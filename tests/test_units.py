@@ -10,12 +10,12 @@ from omegaconf import OmegaConf
 from rich.console import Console
 from tests.helpers.config import group_config
 
-from densex.corpus.documents import read_documents
 from densex.corpus.readers import read_passages
-from densex.corpus.units import build_units, print_unit_table, unit_stats
-from densex.corpus.units_key import units_dir_for, units_key
+from densex.corpus.spec import CorpusSpec
+from densex.corpus.units import print_unit_table, unit_stats
 from densex.utils.io import DataError
 from helpers.config import compose_config
+from helpers.typed import build_units, read_documents, units_dir_for, units_key
 
 
 def _corpus_cfg(repo_root: Path, squad_open: Path, **overrides):
@@ -234,11 +234,13 @@ def test_hf_and_jsonl_document_corpora(tmp_path) -> None:
     jsonl = tmp_path / "docs.jsonl"
     jsonl.write_text('{"title": "T", "text": "First."}\n{"title": "T", "text": "  "}\n')
     with pytest.raises(DataError) as err:
-        list(read_documents({"documents": str(jsonl), "documents_format": "jsonl"}))
+        list(read_documents({"name": "t", "documents": str(jsonl), "documents_format": "jsonl"}))
     assert (err.value.path, err.value.line, err.value.field) == (str(jsonl), 2, "text")
     bad_hf = datasets.Dataset.from_dict({"title": ["x"], "body": ["y"]})
     with pytest.raises(DataError, match="no such column"):
-        list(read_documents({"documents": bad_hf, "documents_format": "hf", "split": None}))
+        # an in-memory dataset: no config can hold one, the spec can
+        bad = CorpusSpec(name="t", documents=bad_hf, documents_format="hf", split=None)
+        list(read_documents(bad))
 
 
 def test_corpus_config_composes_with_command_line_overrides(repo_root, squad_open) -> None:

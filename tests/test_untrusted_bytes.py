@@ -27,13 +27,13 @@ import pytest
 from densex.corpus.beir import iter_beir_corpus
 from densex.corpus.collections import iter_passage_batches, iter_unit_batches
 from densex.corpus.readers import Skips, iter_proposition_rows
-from densex.corpus.sources import source_rows
 from densex.data.beir import load_beir_queries
 from densex.data.qrels import read_qrels
 from densex.data.questions import load_questions
 from densex.utils.io import DataError
 from helpers.env import subprocess_env
 from helpers.formats import read_jsonl, run_cli
+from helpers.typed import source_rows
 
 REPO = Path(__file__).resolve().parents[1]
 DEMO = REPO / "data" / "demo"
@@ -62,19 +62,23 @@ SQUAD = {"data": [{"title": "Book_X", "paragraphs": [
 INPUTS: dict[str, tuple[bytes, Callable[[Path, Skips | None], Any]]] = {
     "corpus.passages": (
         _lines(PASSAGES),
-        lambda p, s: list(source_rows({"passages": str(p)}, s or Skips())),
+        lambda p, s: list(source_rows({"name": "t", "passages": str(p)}, s or Skips())),
     ),
     "corpus.propositions": (_lines(PROPS), lambda p, s: list(iter_proposition_rows(p, s))),
     "corpus.documents (jsonl)": (
         _lines([{"title": p["title"], "text": p["text"]} for p in PASSAGES]),
         lambda p, s: list(
-            source_rows({"documents": str(p), "documents_format": "jsonl"}, s or Skips())
+            source_rows(
+                {"name": "t", "documents": str(p), "documents_format": "jsonl"}, s or Skips()
+            )
         ),
     ),  # fmt: skip
     "corpus.documents (squad)": (
         _json(SQUAD),
         lambda p, s: list(
-            source_rows({"documents": str(p), "documents_format": "squad"}, s or Skips())
+            source_rows(
+                {"name": "t", "documents": str(p), "documents_format": "squad"}, s or Skips()
+            )
         ),
     ),  # fmt: skip
     "questions (jsonl)": (_lines(QUESTIONS), lambda p, s: load_questions(p, "jsonl", skips=s)),

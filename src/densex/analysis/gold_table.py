@@ -5,18 +5,18 @@ from __future__ import annotations
 
 import csv
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 from densex.analysis.cells import BLOCK_FIELDS, cell_label
 from densex.report.naming import display_name
 from densex.utils.io import atomic_open
+from densex.utils.records import Record
 
 GOLD_COLUMNS = ("recall@5", "recall@20", "gold_recall@5", "gold_recall@20", "mrr@10", "ndcg@10")
 
 
-def write_gold_table(rows: Sequence[Mapping[str, Any]], out_dir: str | os.PathLike) -> Path | None:
+def write_gold_table(rows: Sequence[Record], out_dir: str | os.PathLike) -> Path | None:
     """`gold_metrics.md` / `.csv`: answer-string recall beside the gold-passage metrics, one
     line per cell with `mrr@10`; None when no cell has gold passages."""
     cells = [r for r in rows if r.get("mrr@10") is not None]

@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from densex.utils.io import DataError, csv_rows, read_jsonl, write_jsonl
+from densex.utils.records import Record
 
 PER_QUESTION_FILE = "per_question.jsonl"
 
@@ -92,7 +93,7 @@ def popularity_bucket(value: float | None) -> str | None:
 
 
 def per_question_rows(
-    questions: Sequence[Mapping[str, Any]],
+    questions: Sequence[Record],
     hits: np.ndarray | None,
     topk: Sequence[int],
     extra: Mapping[str, Sequence[Any]] | None = None,
@@ -133,7 +134,7 @@ def per_question_rows(
     return rows
 
 
-def write_per_question(out_dir: str | os.PathLike, rows: Iterable[Mapping[str, Any]]) -> Path:
+def write_per_question(out_dir: str | os.PathLike, rows: Iterable[Record]) -> Path:
     """Write `per_question.jsonl` into `out_dir` (atomically)."""
     return write_jsonl(Path(out_dir) / PER_QUESTION_FILE, rows)
 
@@ -151,7 +152,7 @@ def read_per_question(job_dir: str | os.PathLike) -> dict[str, dict[str, Any]]:
 
 
 def paired_scores(
-    a: Mapping[str, Mapping[str, Any]], b: Mapping[str, Mapping[str, Any]], metric: str
+    a: Mapping[str, Record], b: Mapping[str, Record], metric: str
 ) -> tuple[list[str], np.ndarray, np.ndarray]:
     """Question ids both cells scored with `metric`, and the aligned float scores (a, b)."""
     ids = [q for q, r in a.items() if q in b and r.get(metric) is not None]
@@ -177,7 +178,7 @@ def load_popularity(path: str | os.PathLike) -> dict[str, float]:
     return out
 
 
-BUCKETINGS: dict[str, Callable[[Mapping[str, Any]], str | None]] = {
+BUCKETINGS: dict[str, Callable[[Record], str | None]] = {
     "question length": lambda r: length_bucket(str(r.get("question", ""))),
     "answer type": lambda r: answer_type(r.get("answers") or []),
     "entity popularity": lambda r: popularity_bucket(r.get("popularity")),
@@ -185,8 +186,8 @@ BUCKETINGS: dict[str, Callable[[Mapping[str, Any]], str | None]] = {
 
 
 def win_loss(
-    a: Mapping[str, Mapping[str, Any]],
-    b: Mapping[str, Mapping[str, Any]],
+    a: Mapping[str, Record],
+    b: Mapping[str, Record],
     metric: str,
     n_examples: int = 3,
     popularity: Mapping[str, float] | None = None,
@@ -232,6 +233,6 @@ def _bucket_sort(bucket: str) -> tuple:
     return (0, int(m[1]), bucket) if m else (1, 0, bucket)
 
 
-def examples_json(rows: Sequence[Mapping[str, Any]]) -> str:
+def examples_json(rows: Sequence[Record]) -> str:
     """Compact JSON of the example lists (for CSV cells)."""
     return json.dumps(list(rows), ensure_ascii=False)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import csv
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -30,12 +30,13 @@ from densex.analysis.significance import N_RESAMPLES, paired_test, significance_
 from densex.report.naming import display_name
 from densex.report.table2 import GAIN, mark_key
 from densex.utils.io import atomic_open
+from densex.utils.records import Record
 
 MARKS = {"passage": "†", "sentence": "‡"}
 
 
 def sweep_significance(
-    rows: Sequence[Mapping[str, Any]],
+    rows: Sequence[Record],
     ks: Sequence[int] = (5, 20),
     n_resamples: int = N_RESAMPLES,
     seed: int = 0,
@@ -45,15 +46,15 @@ def sweep_significance(
     `job_dir`) whose run dirs hold `per_question.jsonl`."""
     per_q: dict[str, dict] = {}
 
-    def cell(row: Mapping[str, Any]) -> dict | None:
+    def cell(row: Record) -> dict | None:
         d = str(row.get("job_dir"))
         if d not in per_q:
             per_q[d] = read_per_question(d) if (Path(d) / PER_QUESTION_FILE).exists() else None
         return per_q[d]
 
     # retrieval metrics: one cell per (block, granularity) (budget/reader repeats share it)
-    blocks: dict[tuple, dict[str, Mapping[str, Any]]] = {}
-    qa_blocks: dict[tuple, dict[str, Mapping[str, Any]]] = {}
+    blocks: dict[tuple, dict[str, Record]] = {}
+    qa_blocks: dict[tuple, dict[str, Record]] = {}
     for row in rows:
         block = tuple(cell_label(row.get(f)) for f in BLOCK_FIELDS)
         blocks.setdefault(block, {}).setdefault(str(row["granularity"]), row)
@@ -88,7 +89,7 @@ SIG_FIELDS = (
 )  # fmt: skip
 
 
-def write_significance(sig: Sequence[Mapping[str, Any]], out_dir: str | os.PathLike) -> Path:
+def write_significance(sig: Sequence[Record], out_dir: str | os.PathLike) -> Path:
     """`significance.csv` (floats rounded to 4 decimals, p-values to 6)."""
     path = Path(out_dir) / "significance.csv"
     with atomic_open(path) as f:
@@ -105,7 +106,7 @@ def write_significance(sig: Sequence[Mapping[str, Any]], out_dir: str | os.PathL
 
 
 def comparisons_markdown(
-    sig: Sequence[Mapping[str, Any]], alpha: float = 0.05, metrics_prefix: tuple = ("hit@", "rr@")
+    sig: Sequence[Record], alpha: float = 0.05, metrics_prefix: tuple = ("hit@", "rr@")
 ) -> str:
     """The comparisons as a Markdown table: Δ (points), 95% CI, both p-values."""
     lines = [
@@ -132,7 +133,7 @@ def _p(p: float) -> str:
 
 
 def table2_marks(
-    sig: Sequence[Mapping[str, Any]], table: Sequence[Mapping[str, Any]], alpha: float = 0.05
+    sig: Sequence[Record], table: Sequence[Record], alpha: float = 0.05
 ) -> dict[tuple, str]:
     """Markers for `write_table2(marks=)`: `†`/`‡` on a granularity's R@k (MRR@10 for a dataset
     without answer strings, where the table shows it) significantly above passage / sentence;
@@ -164,7 +165,7 @@ def table2_marks(
 
 
 def table3_marks(
-    sig: Sequence[Mapping[str, Any]], header: Sequence[str], alpha: float = 0.05
+    sig: Sequence[Record], header: Sequence[str], alpha: float = 0.05
 ) -> dict[tuple, str]:
     """Markers for `write_table3(marks=)`: `†`/`‡` on an EM@l significantly above passage /
     sentence (keys: retriever, the varying conditions as the table shows them, granularity)."""

@@ -28,10 +28,11 @@ from densex.analysis.per_question import (
 )
 from densex.report.naming import display_name
 from densex.utils.io import atomic_open
+from densex.utils.records import Record
 
 
 def sweep_winloss(
-    rows: Sequence[Mapping[str, Any]],
+    rows: Sequence[Record],
     ks: Sequence[int] = (5, 20),
     popularity: Mapping[str, float] | None = None,
     baselines: Sequence[str] = BASELINES,
@@ -40,7 +41,7 @@ def sweep_winloss(
     """Win/loss rows for every compared pair of cells (as `sweep_significance` pairs them) on
     the metrics the cells have (`winloss_metrics`: `hit@k` for each k in `ks`, or MRR@10's
     gold-in-top-10 for a dataset without answer strings)."""
-    blocks: dict[tuple, dict[str, Mapping[str, Any]]] = {}
+    blocks: dict[tuple, dict[str, Record]] = {}
     for row in rows:
         block = tuple(cell_label(row.get(f)) for f in BLOCK_FIELDS)
         blocks.setdefault(block, {}).setdefault(str(row["granularity"]), row)
@@ -61,7 +62,7 @@ def sweep_winloss(
     return out
 
 
-def winloss_metrics(per_question: Mapping[str, Mapping[str, Any]], ks: Sequence[int]) -> list[str]:
+def winloss_metrics(per_question: Mapping[str, Record], ks: Sequence[int]) -> list[str]:
     """The 0/1 per-question metrics a cell has: `hit@k` for `ks` (answer strings), else (no
     answer strings: BEIR) `rr@10` (> 0: a gold passage in the top 10), else none."""
     first = next(iter(per_question.values()), {})
@@ -75,9 +76,7 @@ WINLOSS_FIELDS = (
 )  # fmt: skip
 
 
-def write_winloss(
-    wl: Sequence[Mapping[str, Any]], out_dir: str | os.PathLike, n_examples: int = 2
-) -> Path:
+def write_winloss(wl: Sequence[Record], out_dir: str | os.PathLike, n_examples: int = 2) -> Path:
     """`winloss.csv` (all rows; examples as JSON lists) and `winloss.md` (one table per pair
     and metric, examples of the first `n_examples` per bucket)."""
     out = Path(out_dir)
@@ -87,7 +86,7 @@ def write_winloss(
         for r in wl:
             w.writerow({**r, "win_examples": examples_json(r["win_examples"]),
                         "loss_examples": examples_json(r["loss_examples"])})  # fmt: skip
-    groups: dict[tuple, list[Mapping[str, Any]]] = {}
+    groups: dict[tuple, list[Record]] = {}
     for r in wl:
         groups.setdefault((*(r[f] for f in BLOCK_FIELDS), r["a"], r["b"], r["metric"]), []).append(
             r

@@ -13,22 +13,23 @@ from __future__ import annotations
 
 import itertools
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from densex.corpus.readers import Skips
 from densex.utils.io import DataError, numbered_jsonl
+from densex.utils.records import Record
 
 __all__ = ["Row", "source_files", "source_format", "source_rows", "source_setting"]
 
 _HF_MARKERS = ("dataset_info.json", "dataset_dict.json", "state.json")
 _JSONL_SUFFIXES = (".jsonl", ".jsonl.gz", ".json", ".json.gz", ".jsonl.bz2")
 
-Row = tuple[str, int | None, Mapping[str, Any]]  # (source, line or None, row)
+Row = tuple[str, int | None, Record]  # (source, line or None, row)
 
 
-def source_setting(cfg: Mapping[str, Any], key: str, default: Any = None) -> Any:
+def source_setting(cfg: dict[str, Any] | None, key: str, default: Any = None) -> Any:
     """`cfg[key]`, or `default` when the key is missing or null (or `cfg` is None)."""
     value = cfg.get(key, default) if cfg is not None else default
     return default if value is None and default is not None else value
@@ -38,7 +39,7 @@ def _expand(path: Any) -> Path:
     return Path(os.path.expanduser(os.path.expandvars(str(path))))
 
 
-def source_format(source_cfg: Mapping[str, Any]) -> str:
+def source_format(source_cfg: dict[str, Any]) -> str:
     """`jsonl` (a file or a directory of JSONL files), `hf_disk` (a `save_to_disk` dir) or
     `hf_hub` (anything else: a hub id), from `format` and `path`."""
     path = source_setting(source_cfg, "path")
@@ -86,7 +87,7 @@ def _jsonl_rows(path: Path, skips: Skips) -> Iterator[Row]:
         yield str(path), lineno, row
 
 
-def _hf_rows(source_cfg: Mapping[str, Any], fmt: str) -> Iterator[Row]:
+def _hf_rows(source_cfg: dict[str, Any], fmt: str) -> Iterator[Row]:
     """Rows of a saved (memory-mapped, read a batch at a time) or streamed hub dataset,
     located as `<source>[split]` + row index."""
     import datasets  # ~1 s to import: only hub and save_to_disk sources need it
@@ -114,7 +115,7 @@ def _hf_rows(source_cfg: Mapping[str, Any], fmt: str) -> Iterator[Row]:
             yield source, None, {c: batch[c][i] for c in columns}
 
 
-def source_rows(source_cfg: Mapping[str, Any], skips: Skips) -> Iterator[tuple[Row, int]]:
+def source_rows(source_cfg: dict[str, Any], skips: Skips) -> Iterator[tuple[Row, int]]:
     """(row, row index) over every row of the source, `limit` applied."""
     fmt = source_format(source_cfg)
     if fmt == "jsonl":

@@ -31,12 +31,13 @@ field)` handed to the `Skips` policy (raise, or count and skip); dataset rows ar
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from typing import Any
 
 from densex.corpus.collection_rows import source_rows, source_setting
 from densex.corpus.readers import Skips, why_not_text
 from densex.utils.io import DataError
+from densex.utils.records import Record
 from densex.utils.shards import batched
 
 __all__ = [
@@ -51,7 +52,7 @@ def _where(line: int | None, index: int, field: str) -> str:
     return field if line is not None else f"[{index}].{field}"
 
 
-def _row_id(row: Mapping[str, Any], source: str, line: int | None, index: int,
+def _row_id(row: Record, source: str, line: int | None, index: int,
             id_column: str, skips: Skips) -> str | None:  # fmt: skip
     value = row.get(id_column)
     if isinstance(value, int) and not isinstance(value, bool):
@@ -64,11 +65,11 @@ def _row_id(row: Mapping[str, Any], source: str, line: int | None, index: int,
 
 
 def _title_text(
-    row: Mapping[str, Any],
+    row: Record,
     source: str,
     line: int | None,
     index: int,
-    cfg: Mapping[str, Any],
+    cfg: dict[str, Any],
     skips: Skips,
 ) -> tuple[str, str] | None:
     """(title, text) of a row: pyserini `contents` (title + separator + text) or
@@ -102,7 +103,7 @@ def _title_text(
 
 
 def iter_passage_batches(
-    source_cfg: Mapping[str, Any], skips: Skips | None, batch_size: int
+    source_cfg: dict[str, Any], skips: Skips | None, batch_size: int
 ) -> Iterator[list[dict[str, Any]]]:
     """Passages `{"id", "title", "section", "text"}` of one collection, `batch_size` at a time.
 
@@ -135,7 +136,7 @@ def iter_passage_batches(
     return batched(passages(), batch_size)
 
 
-def passage_id_rule(source_cfg: Mapping[str, Any]) -> tuple[str | None, re.Pattern[str] | None]:
+def passage_id_rule(source_cfg: dict[str, Any]) -> tuple[str | None, re.Pattern[str] | None]:
     """The unit -> passage mapping of a source: (`passage_id_column`, None) or
     (None, compiled `passage_id_pattern`); a ValueError when neither is set."""
     column = source_setting(source_cfg, "passage_id_column")
@@ -162,7 +163,7 @@ def _passage_of(unit_id: str, pattern: re.Pattern[str]) -> str | None:
 
 
 def iter_unit_batches(
-    source_cfg: Mapping[str, Any], skips: Skips | None, batch_size: int
+    source_cfg: dict[str, Any], skips: Skips | None, batch_size: int
 ) -> Iterator[list[dict[str, Any]]]:
     """Units `{"id", "passage_id", "text"}` of one collection, `batch_size` at a time.
 

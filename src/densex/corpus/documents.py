@@ -3,7 +3,7 @@
 Rows `{title_column, text_column, id_column?, section_column?}` become documents
 `{"id", "title", "section", "text"}`: one per row, or with `paragraph_separator` one per
 paragraph of the row's text (ids `<id>#<k>`); without an id column, ids are `<title>#<k>`, k
-counting that title's paragraphs (the SQuAD reader's scheme). `read_documents(corpus_cfg)`
+counting that title's paragraphs (the SQuAD reader's scheme). `read_documents(corpus)`
 dispatches on `corpus.documents_format` (squad | jsonl | hf). A bad row is a located
 `DataError` (JSONL: file and line; datasets: `[row index].field`) for `Skips`.
 """
@@ -12,18 +12,20 @@ from __future__ import annotations
 
 import os
 from collections import Counter
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
 from densex.corpus.readers import Skips, nonempty_text, read_squad_documents, why_not_text
+from densex.corpus.spec import CorpusSpec
 from densex.utils.io import DataError, numbered_jsonl
+from densex.utils.records import Record
 
 __all__ = ["load_hf", "read_documents", "read_hf_documents", "read_jsonl_documents"]
 
 
 def _rows_to_documents(
-    rows: Iterable[tuple[int | None, Mapping[str, Any]]],
+    rows: Iterable[tuple[int | None, Record]],
     source: str | os.PathLike,
     title_column: str,
     text_column: str,
@@ -153,35 +155,31 @@ def read_hf_documents(
     )
 
 
-def read_documents(corpus_cfg: Mapping[str, Any], skips: Skips | None = None) -> Iterator[dict]:
-    """Documents of a corpus config: `documents` + `documents_format` (squad | jsonl | hf)."""
-    fmt = corpus_cfg.get("documents_format", "squad")
-    src = corpus_cfg.get("documents")
+def read_documents(corpus: CorpusSpec, skips: Skips | None = None) -> Iterator[dict]:
+    """Documents of a corpus: `documents` + `documents_format` (squad | jsonl | hf)."""
+    fmt = corpus.documents_format
+    src = corpus.documents
     if not src:
-        raise ValueError(
-            f"corpus {corpus_cfg.get('name')!r}: neither 'passages' nor 'documents' is set"
-        )
+        raise ValueError(f"corpus {corpus.name!r}: neither 'passages' nor 'documents' is set")
     cols = {
-        "title_column": corpus_cfg.get("title_column", "title"),
-        "text_column": corpus_cfg.get("text_column", "text"),
-        "id_column": corpus_cfg.get("id_column"),
-        "paragraph_separator": corpus_cfg.get("paragraph_separator"),
+        "title_column": corpus.title_column,
+        "text_column": corpus.text_column,
+        "id_column": corpus.id_column,
+        "paragraph_separator": corpus.paragraph_separator,
         "skips": skips,
     }
     if fmt == "squad":
         return read_squad_documents(src, skips)
     if fmt == "jsonl":
-        return read_jsonl_documents(
-            src, section_column=corpus_cfg.get("section_column", "section"), **cols
-        )
+        return read_jsonl_documents(src, section_column=corpus.section_column, **cols)
     if fmt == "hf":
         return read_hf_documents(
             src,
-            name=corpus_cfg.get("hf_name"),
-            split=corpus_cfg.get("split", "train"),
-            section_column=corpus_cfg.get("section_column"),
-            limit=corpus_cfg.get("limit"),
-            revision=corpus_cfg.get("revision"),
+            name=corpus.hf_name,
+            split=corpus.split,
+            section_column=corpus.section_column,
+            limit=corpus.limit,
+            revision=corpus.revision,
             **cols,
         )
     raise ValueError(f"unknown documents_format {fmt!r} (squad | jsonl | hf)")

@@ -9,7 +9,7 @@ without one. Passage ids must be unique (a repeat is a `DataError` for `Skips`).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +22,7 @@ from densex.corpus.segment import (
     split_sentences_many,
 )
 from densex.corpus.sources import source_rows
+from densex.corpus.spec import CorpusSpec
 from densex.corpus.units_key import DEFAULT_SHARD_ROWS, segmentation_settings
 from densex.utils.io import DataError
 from densex.utils.logging import get_logger
@@ -34,7 +35,7 @@ __all__ = ["build_passage_shards"]
 
 
 def _segment_batch(
-    docs: list[dict[str, Any]], seg: Mapping[str, Any], seen: set[str], src: Any
+    docs: list[dict[str, Any]], seg: dict[str, Any], seen: set[str], src: Any
 ) -> list[dict[str, Any]]:
     """One batch of documents -> their 100-word passages (ids `<doc id>-<chunk>`)."""
     nlp = load_sentencizer(seg["spacy_model"])
@@ -57,7 +58,7 @@ def _segment_batch(
 
 
 def _write_passage_shard(
-    out: Path, b: int, passages: list[dict[str, Any]], offset: int, seg: Mapping[str, Any],
+    out: Path, b: int, passages: list[dict[str, Any]], offset: int, seg: dict[str, Any],
     granularities: Sequence[str],
 ) -> None:  # fmt: skip
     """Shard `b`: its sentence units, passage units, then (last: the shard's completion mark)
@@ -94,20 +95,20 @@ def _write_passage_shard(
 
 
 def build_passage_shards(
-    corpus_cfg: Mapping[str, Any], out: Path, skips: Skips, granularities: Sequence[str]
+    corpus: CorpusSpec, out: Path, skips: Skips, granularities: Sequence[str]
 ) -> int:
     """Stream the source into shards of `corpus.shard_rows` source rows (resumable: a shard
     whose passages file exists is complete and kept); return the number of passages."""
-    seg = segmentation_settings(corpus_cfg)
-    shard_rows = int(corpus_cfg.get("shard_rows") or DEFAULT_SHARD_ROWS)
-    collection = ((corpus_cfg.get("sources") or {}).get("passage") or {}).get("path")
-    from_documents = not (corpus_cfg.get("passages") or collection)
-    src = corpus_cfg.get("documents") if from_documents else corpus_cfg.get("passages")
+    seg = segmentation_settings(corpus)
+    shard_rows = int(corpus.shard_rows or DEFAULT_SHARD_ROWS)
+    collection = ((corpus.sources or {}).get("passage") or {}).get("path")
+    from_documents = not (corpus.passages or collection)
+    src = corpus.documents if from_documents else corpus.passages
     src = collection or src
     seen: set[str] = set()  # documents: the passage ids made so far (ids must be unique)
     offset = kept = 0
     with Progress("units: passages", unit="passages") as bar:
-        for b, batch in enumerate(batched(source_rows(corpus_cfg, skips), shard_rows)):
+        for b, batch in enumerate(batched(source_rows(corpus, skips), shard_rows)):
             done = shard_path(out / "arrow" / "passages", b)
             if done.exists():  # resumed: this shard was completed by an earlier run
                 table = ArrowTable.open_files([done])

@@ -1,11 +1,11 @@
 """Which reader reads a corpus config's inputs: the one dispatch the units stage and the
 preflight share.
 
-`source_rows(corpus_cfg, skips)` streams the rows the units stage cuts into passage shards:
+`source_rows(corpus, skips)` streams the rows the units stage cuts into passage shards:
 a ready-made collection's passages (`corpus.sources.passage`), a BEIR `corpus.jsonl`
 (`passages_format: beir`), a passages JSONL (`passages`), or documents (`documents` +
 `documents_format`, with the config's column and id settings) to be segmented.
-`unit_sources(corpus_cfg)` names the inputs of the other unit tables (a collection's
+`unit_sources(corpus)` names the inputs of the other unit tables (a collection's
 sentences/propositions, the propositions file) and `first_unit_rows` reads the first rows of
 one with the stage's reader. Preflight reads the first rows of each through these functions,
 so every format the stage accepts passes it and every error is the reader's own, located.
@@ -13,13 +13,14 @@ so every format the stage accepts passes it and every error is the reader's own,
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from typing import Any
 
 from densex.corpus.beir import iter_beir_corpus
 from densex.corpus.collections import iter_passage_batches, iter_unit_batches
 from densex.corpus.documents import read_documents
 from densex.corpus.readers import Skips, iter_passages, iter_proposition_rows
+from densex.corpus.spec import CorpusSpec
 from densex.utils.io import DataError
 
 __all__ = ["SOURCE_KINDS", "first_unit_rows", "source_kind", "source_rows", "unit_sources"]
@@ -28,28 +29,28 @@ __all__ = ["SOURCE_KINDS", "first_unit_rows", "source_kind", "source_rows", "uni
 SOURCE_KINDS = ("collection", "beir", "passages", "documents")
 
 
-def source_kind(corpus_cfg: Mapping[str, Any]) -> str:
-    """`collection` | `beir` | `passages` | `documents`: the passages source the config names."""
-    if ((corpus_cfg.get("sources") or {}).get("passage")) is not None:
+def source_kind(corpus: CorpusSpec) -> str:
+    """`collection` | `beir` | `passages` | `documents`: the passages source the corpus names."""
+    if ((corpus.sources or {}).get("passage")) is not None:
         return "collection"
-    if corpus_cfg.get("passages"):
-        return "beir" if corpus_cfg.get("passages_format") == "beir" else "passages"
+    if corpus.passages:
+        return "beir" if corpus.passages_format == "beir" else "passages"
     return "documents"
 
 
-def source_rows(corpus_cfg: Mapping[str, Any], skips: Skips) -> Iterator[dict[str, Any]]:
-    """The passages (or, for `documents`, the documents) of a corpus config, streamed, by the
-    reader its keys select (`source_kind`); bad rows go to `skips`."""
-    kind = source_kind(corpus_cfg)
+def source_rows(corpus: CorpusSpec, skips: Skips) -> Iterator[dict[str, Any]]:
+    """The passages (or, for `documents`, the documents) of a corpus, streamed, by the
+    reader its settings select (`source_kind`); bad rows go to `skips`."""
+    kind = source_kind(corpus)
     if kind == "collection":
-        source = corpus_cfg["sources"]["passage"]
+        source = corpus.sources["passage"]
         rows = (p for batch in iter_passage_batches(source, skips, 10_000) for p in batch)
         return _unique(rows, skips, str(source.get("path")))
     if kind == "beir":  # BEIR corpus.jsonl: a document a passage
-        return iter_beir_corpus(corpus_cfg["passages"], skips)
+        return iter_beir_corpus(corpus.passages, skips)
     if kind == "passages":
-        return iter_passages(corpus_cfg["passages"], skips)
-    return read_documents(corpus_cfg, skips)
+        return iter_passages(corpus.passages, skips)
+    return read_documents(corpus, skips)
 
 
 def _unique(rows: Iterator[dict], skips: Skips, source: str) -> Iterator[dict]:
@@ -64,17 +65,17 @@ def _unique(rows: Iterator[dict], skips: Skips, source: str) -> Iterator[dict]:
 
 
 def unit_sources(
-    corpus_cfg: Mapping[str, Any], granularities: list[str], propositions: Any = None
+    corpus: CorpusSpec, granularities: list[str], propositions: Any = None
 ) -> dict[str, Any]:
     """`{granularity: source}` for the unit tables read from an input rather than made from
-    the passages: a collection's node (`corpus.sources.<g>`) or the propositions file."""
-    sources = corpus_cfg.get("sources") or {}
+    the passages: a collection's settings (`corpus.sources[g]`) or the propositions file."""
+    sources = corpus.sources or {}
     out: dict[str, Any] = {}
     for g in granularities:
         if g != "passage" and sources.get(g):
             out[g] = sources[g]
-        elif g == "proposition" and (propositions or corpus_cfg.get("propositions")):
-            out[g] = str(propositions or corpus_cfg.get("propositions"))
+        elif g == "proposition" and (propositions or corpus.propositions):
+            out[g] = str(propositions or corpus.propositions)
     return out
 
 

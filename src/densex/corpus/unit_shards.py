@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 import shutil
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +23,7 @@ from densex.corpus.columnar import UNIT_SCHEMA, ArrowTable, shard_path, write_sh
 from densex.corpus.readers import Skips, iter_proposition_rows
 from densex.corpus.segment import count_words
 from densex.corpus.sources import unit_sources
+from densex.corpus.spec import CorpusSpec
 from densex.corpus.units_key import DEFAULT_SHARD_UNITS
 from densex.utils.io import DataError
 from densex.utils.progress import Progress
@@ -90,7 +91,7 @@ def _build_proposition_shards(
 
 
 def _build_collection_shards(
-    source_cfg: Mapping[str, Any], granularity: str, row_of: dict[str, int], out: Path,
+    source_cfg: dict[str, Any], granularity: str, row_of: dict[str, int], out: Path,
     skips: Skips, shard_units: int,
 ) -> None:  # fmt: skip
     """Units of a ready-made collection (`corpus.sources.<granularity>`: FactoidWiki's
@@ -113,14 +114,14 @@ def _build_collection_shards(
 
 
 def build_unit_tables(
-    corpus_cfg: Mapping[str, Any], out: Path, passages: ArrowTable, wanted: Sequence[str],
+    corpus: CorpusSpec, out: Path, passages: ArrowTable, wanted: Sequence[str],
     propositions_path: str | os.PathLike | None, skips: Skips,
 ) -> list[str]:  # fmt: skip
     """The unit tables beyond the passage shards' own (a collection's sentences/propositions,
     the propositions file: `corpus.sources.unit_sources`); returns the granularities built,
     in order."""
-    shard_units = int(corpus_cfg.get("shard_units") or DEFAULT_SHARD_UNITS)
-    inputs = unit_sources(corpus_cfg, list(wanted), propositions_path)
+    shard_units = int(corpus.shard_units or DEFAULT_SHARD_UNITS)
+    inputs = unit_sources(corpus, list(wanted), propositions_path)
     row_of = _passage_rows(passages) if inputs else None  # passage id -> row, built once
     grans = []
     for g in wanted:

@@ -14,11 +14,12 @@ Unit ids: passage unit = passage id, sentence `"{passage_id}::s{i}"`, propositio
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -30,6 +31,7 @@ from densex.corpus.columnar import ArrowTable, table_from_jsonl
 from densex.corpus.passage_shards import build_passage_shards
 from densex.corpus.readers import Skips
 from densex.corpus.segment import sentencizer_id
+from densex.corpus.spec import CorpusSpec
 from densex.corpus.unit_export import export_passages_jsonl, export_units_jsonl
 from densex.corpus.unit_shards import build_unit_tables
 from densex.corpus.units_key import (
@@ -40,7 +42,6 @@ from densex.corpus.units_key import (
     units_key,
     wanted_granularities,
 )
-from densex.utils.config import plain_data
 from densex.utils.integrity import file_records, handle_damage, remove_orphans, verify_files
 from densex.utils.io import read_json, write_json, write_manifest
 from densex.utils.locks import build_once
@@ -128,7 +129,7 @@ def _start_fresh_unless_resuming(out: Path, key: str, overwrite: bool) -> None:
 
 
 def build_units(
-    corpus_cfg: Mapping[str, Any],
+    corpus: CorpusSpec,
     out_dir: str | os.PathLike,
     propositions_path: str | os.PathLike | None = None,
     *,
@@ -136,26 +137,34 @@ def build_units(
 ) -> UnitFiles:
     """Write passages and passage/sentence/proposition units to `out_dir` (cached by content).
 
-    Passages come from `corpus_cfg.passages`, or from segmenting `corpus_cfg.documents` when it
-    is null; propositions from `propositions_path` or `corpus_cfg.propositions` when either is
+    Passages come from `corpus.passages`, or from segmenting `corpus.documents` when it
+    is null; propositions from `propositions_path` or `corpus.propositions` when either is
     set. Arrow shards (`arrow/<table>/NNNNN.arrow`) are the columnar, memory-mapped copy the
     pipeline reads; the JSONL files are the interchange format. Memory does not grow with the
     corpus beyond one id per passage.
     """
     out = Path(out_dir)
-    key = units_key(corpus_cfg, propositions_path)
+    key = units_key(corpus, propositions_path)
     remove_orphans(out)
     # one build per key: a concurrent process waits for this one's lock, then reuses the files
     return build_once(
         out,
         "units",
         reuse=lambda: None if overwrite else _reuse(out, key),
-        build=lambda: _build(corpus_cfg, out, key, propositions_path, overwrite),
+        build=lambda: _build(corpus, out, key, propositions_path, overwrite),
     )
 
 
+def _config_record(corpus: CorpusSpec) -> dict[str, Any]:
+    """The manifest's copy of the corpus settings (JSON values; an in-memory dataset given as
+    `documents` is recorded by its text, never deep-copied)."""
+    fields = {f.name: getattr(corpus, f.name) for f in dataclasses.fields(corpus)}
+    fields["segmentation"] = dataclasses.asdict(corpus.segmentation)
+    return json.loads(json.dumps(fields, default=str))
+
+
 def _build(
-    corpus_cfg: Mapping[str, Any], out: Path, key: str,
+    corpus: CorpusSpec, out: Path, key: str,
     propositions_path: str | os.PathLike | None, overwrite: bool,
 ) -> UnitFiles:  # fmt: skip
     """`build_units`' work, under the units lock: shards (resumed when the key matches), the
@@ -164,26 +173,26 @@ def _build(
     (out / "manifest.json").unlink(missing_ok=True)
     _start_fresh_unless_resuming(out, key, overwrite)
     start = time.perf_counter()
-    seg = segmentation_settings(corpus_cfg)
-    skips = Skips(corpus_cfg.get("on_error") or "raise")
-    wanted = wanted_granularities(corpus_cfg)
-    sources = dict(corpus_cfg.get("sources") or {})
-    build_passage_shards(corpus_cfg, out, skips, [g for g in wanted if not sources.get(g)])
+    seg = segmentation_settings(corpus)
+    skips = Skips(corpus.on_error or "raise")
+    wanted = wanted_granularities(corpus)
+    sources = dict(corpus.sources or {})
+    build_passage_shards(corpus, out, skips, [g for g in wanted if not sources.get(g)])
     passages = ArrowTable.open(out / "arrow" / "passages")
-    grans = build_unit_tables(corpus_cfg, out, passages, wanted, propositions_path, skips)
+    grans = build_unit_tables(corpus, out, passages, wanted, propositions_path, skips)
     units = {g: export_units_jsonl(out, g, passages) for g in grans}
     export_passages_jsonl(out)
     manifest = {
         "key": key,
         "files": file_records(out, _artifact_names(out, grans)),  # verified before reuse
-        "corpus": corpus_cfg.get("name"),
+        "corpus": corpus.name,
         "format_version": UNITS_FORMAT_VERSION,
         "units": units,
         "passages": len(passages),
         "tables": {t: f"arrow/{t}" for t in ("passages", *grans)},
-        "inputs": input_record(corpus_cfg, propositions_path, "proposition" in grans),
+        "inputs": input_record(corpus, propositions_path, "proposition" in grans),
         "sentencizer": sentencizer_id(seg["spacy_model"]),
-        "config": json.loads(json.dumps(plain_data(corpus_cfg), default=str)),
+        "config": _config_record(corpus),
         "skipped": skips.summary(),
         "seconds": round(time.perf_counter() - start, 2),
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),

@@ -10,7 +10,7 @@ A qrels mapping is `{question_id: {passage_id: relevance}}` (relevance > 0 = rel
   (chunks are the paragraph's sentences re-joined by single spaces). Every distinct annotated
   span counts; a paragraph whose chunks do not align (edited text) falls back to all its
   chunks, counted in `SquadQrels.unaligned`.
-- `load_dataset_qrels(dataset_cfg, passages)`: the `qrels` node of a dataset config
+- `load_dataset_qrels(dataset, passages)`: the `qrels` of a `DatasetSpec`
   (`{format: beir|trec|squad, path}`), or None when it has none.
 """
 
@@ -19,12 +19,13 @@ from __future__ import annotations
 import bisect
 import os
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
+from densex.data.spec import DatasetSpec
 from densex.utils.io import DataError, numbered_lines, read_json
+from densex.utils.records import Record
 
 Qrels = dict[str, dict[str, float]]
 
@@ -78,7 +79,7 @@ def _nonws_offsets(text: str) -> list[int]:
     return out
 
 
-def squad_qrels(squad_json: str | os.PathLike, passages: Sequence[Mapping[str, Any]]) -> SquadQrels:
+def squad_qrels(squad_json: str | os.PathLike, passages: Sequence[Record]) -> SquadQrels:
     """The chunk(s) of each question's SQuAD paragraph that hold an annotated answer span."""
     data = read_json(squad_json)
     if not isinstance(data, dict) or not isinstance(data.get("data"), list):
@@ -120,16 +121,14 @@ def squad_qrels(squad_json: str | os.PathLike, passages: Sequence[Mapping[str, A
     return result
 
 
-def load_dataset_qrels(
-    dataset_cfg: Mapping[str, Any], passages: Sequence[Mapping[str, Any]]
-) -> Qrels | None:
-    """The dataset config's `qrels: {format: beir|trec|squad, path}` node, read; None if unset."""
-    node = dataset_cfg.get("qrels") if hasattr(dataset_cfg, "get") else None
-    if not node or not node.get("path"):
+def load_dataset_qrels(dataset: DatasetSpec, passages: Sequence[Record]) -> Qrels | None:
+    """The dataset's `qrels` (`{format: beir|trec|squad, path}`), read; None if unset."""
+    node = dataset.qrels
+    if node is None or not node.path:
         return None
-    fmt = str(node.get("format") or "beir")
+    fmt = str(node.format or "beir")
     if fmt == "squad":
-        return squad_qrels(node["path"], passages).qrels
+        return squad_qrels(node.path, passages).qrels
     if fmt in ("beir", "trec"):
-        return read_qrels(node["path"])
+        return read_qrels(node.path)
     raise ValueError(f"unknown qrels format {fmt!r} (beir | trec | squad)")

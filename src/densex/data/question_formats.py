@@ -17,6 +17,7 @@ from typing import Any
 
 from densex.corpus.readers import Skips
 from densex.utils.io import DataError, numbered_jsonl, numbered_lines, read_json
+from densex.utils.records import Record
 
 HF_SCHEMAS = ("nq_open", "trivia_qa", "web_questions", "squad", "generic")
 
@@ -126,7 +127,7 @@ def resolve_hf_schema(dataset: Any, schema: str | None) -> str:
     return base if base in HF_SCHEMAS else "generic"
 
 
-def hf_answers(schema: str, row: Mapping[str, Any]) -> tuple[Any, Any, str]:
+def hf_answers(schema: str, row: Record) -> tuple[Any, Any, str]:
     """(id, answers, answers field) of one HF row in the given column layout."""
     if schema == "nq_open":
         return None, row.get("answer"), "answer"

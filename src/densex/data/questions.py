@@ -25,7 +25,7 @@ matches — kept, as in DPR, but counted and logged with its file and line (`Unm
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -46,8 +46,10 @@ from densex.data.question_formats import (
     webq_brmson_records,
 )
 from densex.data.regex_answers import UnmatchablePattern, check_regex_answers
+from densex.data.spec import DatasetSpec
 from densex.utils.io import DataError
 from densex.utils.logging import get_logger
+from densex.utils.records import Record
 
 log = get_logger(__name__)
 
@@ -220,17 +222,15 @@ def _done(path: Any, collector: _Collector, skips: Skips) -> _Collector:
     return collector
 
 
-def has_answer_strings(
-    questions: Sequence[Mapping[str, Any]], dataset_cfg: Mapping[str, Any]
-) -> bool:
+def has_answer_strings(questions: Sequence[Record], dataset: DatasetSpec) -> bool:
     """Whether the questions carry answer strings (BEIR queries do not: then only the gold
     metrics of the dataset's `qrels` are defined); neither answers nor qrels is a `DataError`
     naming the dataset, as no metric would be defined."""
     if any(q.get("answers") for q in questions):
         return True
-    if not (dataset_cfg.get("qrels") or {}).get("path"):
+    if not dataset.qrels.path:
         raise DataError(
-            str(dataset_cfg.get("path")), None, None,
+            str(dataset.path), None, None,
             "the questions have no answer strings and the dataset no qrels: no metric is"
             " defined (set dataset.qrels.path=FILE)",
         )  # fmt: skip
@@ -238,13 +238,13 @@ def has_answer_strings(
 
 
 def load_dataset_questions(
-    dataset_cfg: Mapping[str, Any],
+    dataset: DatasetSpec,
     limit: int | None = None,
     *,
     unmatchable: list[UnmatchablePattern] | None = None,
     skips: Skips | None = None,
 ) -> list[dict]:
-    """The questions of a `conf/dataset/*.yaml` entry. With `match: regex`, the answer
+    """The questions of a dataset (`conf/dataset/*.yaml`'s `DatasetSpec`). With `match: regex`, the answer
     patterns are compiled up front as the scorer compiles them: a pattern broken as written
     raises a `DataError`; one that only fails once NFD-normalised is kept (it never matches, as
     in DPR) and logged with its file and line, and appended to `unmatchable` when given.
@@ -252,29 +252,29 @@ def load_dataset_questions(
     `qrels` file when it is a BEIR/TREC one.
     `skips` (a `Skips` with the dataset's `on_error` policy) receives the skipped records, so
     the caller can count them in its results."""
-    if dataset_cfg["format"] == "beir":
-        qrels = dataset_cfg.get("qrels") or {}
-        beir_qrels = qrels.get("path") and qrels.get("format", "beir") != "squad"
-        keep = read_qrels(qrels["path"]) if beir_qrels else None
-        limit = limit if limit is not None else dataset_cfg.get("limit")
-        return load_beir_queries(dataset_cfg["path"], keep=keep, limit=limit)
+    if dataset.format == "beir":
+        qrels = dataset.qrels
+        beir_qrels = qrels.path and (qrels.format or "beir") != "squad"
+        keep = read_qrels(qrels.path) if beir_qrels else None
+        limit = limit if limit is not None else dataset.limit
+        return load_beir_queries(dataset.path, keep=keep, limit=limit)
     collector = _load(
-        dataset_cfg["path"],
-        dataset_cfg["format"],
-        split=dataset_cfg.get("split"),
-        hf_name=dataset_cfg.get("hf_name"),
-        limit=limit if limit is not None else dataset_cfg.get("limit"),
-        id_prefix=dataset_cfg.get("name"),
-        hf_schema=dataset_cfg.get("hf_schema"),
-        skips=skips if skips is not None else Skips(dataset_cfg.get("on_error") or "raise"),
+        dataset.path,
+        dataset.format,
+        split=dataset.split,
+        hf_name=dataset.hf_name,
+        limit=limit if limit is not None else dataset.limit,
+        id_prefix=dataset.name,
+        hf_schema=dataset.hf_schema,
+        skips=skips if skips is not None else Skips(dataset.on_error or "raise"),
     )
-    if (dataset_cfg.get("match") or "string") == "regex":
+    if (dataset.match or "string") == "regex":
         found = check_regex_answers(collector.rows, collector.where)
         if found:
             log.warning(
                 "%s: %d regex answers of %d questions never match (they fail to compile once "
                 "NFD-normalised; DPR scores them as misses too):\n  %s",
-                dataset_cfg["path"],
+                dataset.path,
                 len(found),
                 len({u.question_id for u in found}),
                 "\n  ".join(map(str, found)),

@@ -16,6 +16,7 @@ import regex
 
 from densex.metrics.answers import compile_answer_pattern
 from densex.utils.io import DataError
+from densex.utils.records import Record
 
 
 @dataclass(frozen=True)
@@ -39,7 +40,7 @@ class UnmatchablePattern:
 
 
 def check_regex_answers(
-    rows: Sequence[Mapping[str, Any]], where: Mapping[str, tuple[Any, int | None, str]]
+    rows: Sequence[Record], where: Mapping[str, tuple[Any, int | None, str]]
 ) -> list[UnmatchablePattern]:
     """Compile every answer of `rows` as the scorer does; raise a `DataError` for a pattern
     broken as written, and return those broken only by the NFD normalisation (DPR scores them

@@ -6,7 +6,6 @@ actually runs in (`effective_dtype`).
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -47,10 +46,11 @@ def model_fingerprint(model: str, cache_dir: str | os.PathLike | None = None) ->
     return {"hub_id": model, "commit": hub_commit(model, cache_dir)}
 
 
-def effective_dtype(name: str, trainer_cfg: Mapping[str, Any] = None) -> str:
+def effective_dtype(name: str, trainer_args: dict[str, Any] | None = None) -> str:
     """The dtype generation runs in: `float32|bfloat16|float16`, with `auto` resolved for the
-    trainer's accelerator (bfloat16 on a bf16 CUDA GPU, float32 on CPU and elsewhere)."""
-    accel = (trainer_cfg.get("accelerator") if trainer_cfg is not None else None) or "auto"
+    trainer's accelerator (`trainer_args`: the `trainer` group's plain values; bfloat16 on a
+    bf16 CUDA GPU, float32 on CPU and elsewhere)."""
+    accel = (trainer_args or {}).get("accelerator") or "auto"
     device = "cuda" if str(accel).lower() in ("auto", "gpu", "cuda") else "cpu"
     if device == "cuda" and not torch.cuda.is_available():
         device = "cpu"

@@ -6,16 +6,14 @@ through `output.py` and neither imports the other.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from densex.corpus.readers import Skips, read_passages
 from densex.propositionizer.model_backend import generate_with_model
 from densex.propositionizer.resolve import FALLBACK_MODES
-from densex.propositionizer.settings import PropositionizerSettings
+from densex.propositionizer.settings import ModelSettings, PropositionizerSettings, TeacherSettings
 from densex.propositionizer.teacher_backend import generate_with_teacher
-from densex.utils.config import from_config
 from densex.utils.logging import get_logger
 
 log = get_logger(__name__)
@@ -25,18 +23,18 @@ __all__ = ["generate_propositions"]
 
 def generate_propositions(
     passages_path: str | os.PathLike,
-    propositionizer_cfg: Mapping[str, Any],
+    opts: PropositionizerSettings,
     out_path: str | os.PathLike,
-    trainer_cfg: Mapping[str, Any] = None,
+    trainer_args: dict[str, Any] | None = None,
 ) -> Path:
     """Write `{"id", "propositions"}` for every passage of `passages_path` to `out_path`.
 
-    `propositionizer_cfg.type` picks the backend: `model` (any seq2seq checkpoint: a hub id, a
-    `save_pretrained` directory) or `teacher` (an OpenAI-compatible chat API, `teacher.py`).
-    `trainer_cfg` (the project's `trainer` config) sets devices/strategy for `model`.
+    `opts.type` picks the backend: `model` (`ModelSettings`: any seq2seq checkpoint, a hub id
+    or a `save_pretrained` directory) or `teacher` (`TeacherSettings`: an OpenAI-compatible
+    chat API, `teacher.py`). `trainer_args` (the `trainer` group's plain values) set
+    devices/strategy for `model`.
     """
     passages_path, out_path = Path(passages_path), Path(out_path)
-    opts = from_config(PropositionizerSettings, propositionizer_cfg)
     if opts.fallback not in FALLBACK_MODES:
         raise ValueError(
             f"propositionizer.fallback must be one of {FALLBACK_MODES}, got {opts.fallback!r}"
@@ -49,13 +47,13 @@ def generate_propositions(
         log.warning(
             "skipped %d bad passages of %s: %s", skips.total, passages_path, skips.summary()
         )
-    if opts.type == "model":
+    if opts.type == "model" and isinstance(opts, ModelSettings):
         return generate_with_model(
-            passages, passages_path, propositionizer_cfg, out_path, trainer_cfg, skips.summary()
+            passages, passages_path, opts, out_path, trainer_args, skips.summary()
         )
-    if opts.type == "teacher":
+    if opts.type == "teacher" and isinstance(opts, TeacherSettings):
         return generate_with_teacher(
-            passages, passages_path, propositionizer_cfg, out_path, skipped=skips.summary()
+            passages, passages_path, opts, out_path, skipped=skips.summary()
         )
     raise ValueError(
         f"propositionizer.type={opts.type!r} cannot generate; expected 'model' or 'teacher' "

@@ -6,7 +6,7 @@ generation in `predict_step`, one predict batch = one shard of passages) and
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -22,6 +22,7 @@ from densex.utils.io import DataError, read_jsonl, write_jsonl
 from densex.utils.locks import claim_each, release
 from densex.utils.logging import get_logger
 from densex.utils.models import resolve_dtype
+from densex.utils.records import Record
 from densex.utils.shards import rank_share
 
 log = get_logger("densex.propositionizer.model_backend")  # generation's lines keep one name
@@ -49,7 +50,7 @@ class PropositionGenerator(pl.LightningModule):
     def __init__(
         self,
         model_name_or_path: str,
-        shards: Sequence[Mapping[str, Any]] = (),
+        shards: Sequence[Record] = (),
         batch_size: int = 8,
         max_source_length: int = 512,
         max_new_tokens: int = 512,
@@ -115,7 +116,7 @@ class PropositionGenerator(pl.LightningModule):
             generate_kwargs=self.generate_kwargs,
         )
 
-    def predict_step(self, batch: Mapping[str, Any], batch_idx: int) -> dict[str, Any]:
+    def predict_step(self, batch: Record, batch_idx: int) -> dict[str, Any]:
         texts, cut = self.generate(batch["sources"])
         probe = bool(batch.get("probe"))  # an idle rank's probe: never written
         return {
@@ -147,11 +148,11 @@ def read_shard(path: Path, ids: Sequence[str]) -> list[dict[str, Any]] | None:
     return rows
 
 
-def _shard_done(shard_dir: str, shard: Mapping[str, Any]) -> bool:
+def _shard_done(shard_dir: str, shard: Record) -> bool:
     return read_shard(shard_path(shard_dir, shard["shard"]), shard["ids"]) is not None
 
 
-def _shard_claim(shard_dir: str, shard: Mapping[str, Any]) -> Path:
+def _shard_claim(shard_dir: str, shard: Record) -> Path:
     return shard_path(shard_dir, shard["shard"])
 
 
@@ -164,16 +165,16 @@ class ClaimedShards(IterableDataset):
 
     def __init__(
         self,
-        shards: Sequence[Mapping[str, Any]],
+        shards: Sequence[Record],
         shard_dir: str | None,
-        probe: Sequence[Mapping[str, Any]] = (),
+        probe: Sequence[Record] = (),
     ) -> None:
         self.shards, self.shard_dir, self.probe = list(shards), shard_dir, list(probe)
 
     def __len__(self) -> int:  # an upper bound: shards claimed elsewhere are skipped
         return max(1, len(self.shards))
 
-    def __iter__(self) -> Iterator[Mapping[str, Any]]:
+    def __iter__(self) -> Iterator[Record]:
         claimed = iter(self.shards)
         if self.shard_dir is not None:
             claimed = claim_each(

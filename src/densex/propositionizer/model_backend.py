@@ -7,7 +7,7 @@ Shards, dtype and fingerprint rules: docs/architecture.md, "Design notes: genera
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -26,15 +26,14 @@ from densex.propositionizer.output import (
     passage_source,
     write_propositions,
 )
-from densex.propositionizer.parse import ParseLimits
 from densex.propositionizer.settings import ModelSettings
 from densex.utils.cache import content_key, hash_file
-from densex.utils.config import from_config
 from densex.utils.integrity import check_file, remove_orphans
 from densex.utils.io import DataError, read_json
 from densex.utils.locks import clear_claims, locked, share_pending
 from densex.utils.logging import get_logger
 from densex.utils.models import resolve_model
+from densex.utils.records import Record
 from densex.utils.shards import pending as shards_pending
 from densex.utils.shards import plan_shards
 from densex.utils.trainer import predict_trainer
@@ -44,7 +43,9 @@ log = get_logger(__name__)
 __all__ = ["generate_with_model"]
 
 
-def _generation_settings(opts: ModelSettings, trainer_cfg: Any) -> dict[str, Any]:
+def _generation_settings(
+    opts: ModelSettings, trainer_args: dict[str, Any] | None
+) -> dict[str, Any]:
     """The PropositionGenerator keyword arguments, with the dtype actually used (never the
     trainer's precision: see docs/architecture.md, "Propositionizer dtype"). The decoding rules are
     named only when set, so the shard keys of runs without it are unchanged."""
@@ -53,7 +54,7 @@ def _generation_settings(opts: ModelSettings, trainer_cfg: Any) -> dict[str, Any
         "max_source_length": opts.max_source_length,
         "max_new_tokens": opts.max_new_tokens,
         "num_beams": opts.num_beams,
-        "dtype": effective_dtype(opts.dtype, trainer_cfg),
+        "dtype": effective_dtype(opts.dtype, trainer_args),
     }
     for rule in ("no_repeat_ngram_size", "coverage_penalty"):
         if getattr(opts, rule) is not None:
@@ -61,7 +62,7 @@ def _generation_settings(opts: ModelSettings, trainer_cfg: Any) -> dict[str, Any
     return settings
 
 
-def _plan_shards(passages: Sequence[Mapping[str, Any]], shard_size: int) -> list[dict[str, Any]]:
+def _plan_shards(passages: Sequence[Record], shard_size: int) -> list[dict[str, Any]]:
     """Consecutive shards of `shard_size` passages: `{"shard", "ids", "sources"}`."""
     return [
         {
@@ -76,9 +77,9 @@ def _plan_shards(passages: Sequence[Mapping[str, Any]], shard_size: int) -> list
 def _run_pending(
     model: str,
     pending: list[dict[str, Any]],
-    settings: Mapping[str, Any],
+    settings: dict[str, Any],
     shard_dir: Path,
-    trainer_cfg: Any,
+    trainer_args: dict[str, Any] | None,
 ) -> pl.Trainer:
     """Generate the `pending` shards with `Trainer.predict`; the trainer, after every rank's
     shards are on disk (under ddp every rank runs this; rank 0 merges)."""
@@ -86,14 +87,14 @@ def _run_pending(
     # 32-true: the weights' own dtype decides; the trainer's `precision: auto` would
     # otherwise wrap predict_step in bf16 autocast behind the manifest's back
     trainer = predict_trainer(
-        trainer_cfg, callbacks=[PropositionShardWriter(shard_dir)], precision="32-true"
+        trainer_args, callbacks=[PropositionShardWriter(shard_dir)], precision="32-true"
     )
     trainer.predict(module, return_predictions=False)
     trainer.strategy.barrier("propositions-shards")  # every rank's shards are on disk
     return trainer
 
 
-def _collect_shards(shards: Sequence[Mapping[str, Any]], shard_dir: Path) -> tuple[list[str], int]:
+def _collect_shards(shards: Sequence[Record], shard_dir: Path) -> tuple[list[str], int]:
     """Every passage's raw output in passage order, and how many hit `max_new_tokens`."""
     raws: list[str] = []
     cut = 0
@@ -109,16 +110,18 @@ def _collect_shards(shards: Sequence[Mapping[str, Any]], shard_dir: Path) -> tup
 def generate_with_model(
     passages: list[dict[str, Any]],
     passages_path: Path,
-    cfg: Mapping[str, Any],
+    opts: ModelSettings,
     out_path: Path,
-    trainer_cfg: Any,
-    skipped: Mapping[str, Any] | None = None,
+    trainer_args: dict[str, Any] | None,
+    skipped: Record | None = None,
 ) -> Path:
     """The model backend: resumable shards keyed by model, passages and settings, then merge
-    into `out_path` (under ddp every rank calls this; rank 0 writes, the others wait)."""
-    opts = from_config(ModelSettings, cfg)
+    into `out_path` (under ddp every rank calls this; rank 0 writes, the others wait);
+    `trainer_args` are the `trainer` group's plain values, `skipped` the reader's counts."""
+    if opts.model in (None, "???"):
+        raise ValueError("propositionizer.model (a checkpoint: hub id or directory) is required")
     model = resolve_model(opts.model)
-    settings = _generation_settings(opts, trainer_cfg)
+    settings = _generation_settings(opts, trainer_args)
     if opts.shard_size < 1:
         raise ValueError(f"shard_size must be >= 1, got {opts.shard_size}")
     passages_sha = hash_file(passages_path)
@@ -141,7 +144,7 @@ def generate_with_model(
         shards,
         done,
         lambda s: shard_path(shard_dir, s["shard"]),
-        lambda todo: runs.append(_run_pending(model, todo, settings, shard_dir, trainer_cfg)),
+        lambda todo: runs.append(_run_pending(model, todo, settings, shard_dir, trainer_args)),
         "propositions shard",
     )
     trainer = runs[-1] if runs else None
@@ -160,19 +163,19 @@ def generate_with_model(
     }
     with locked(out_path, "propositions"):  # another process merged meanwhile: keep it
         if _merge_state(out_path) == before or not _merged(out_path):
-            _merge(passages, shards, shard_dir, out_path, opts, cfg, record)
+            _merge(passages, shards, shard_dir, out_path, opts, record)
         clear_claims(shard_dir, "shard-")
     if trainer is not None:
         trainer.strategy.barrier("propositions-merged")  # the other ranks may read it now
     return out_path
 
 
-def _completeness(shard_dir: Path) -> Callable[[Mapping[str, Any]], bool]:
+def _completeness(shard_dir: Path) -> Callable[[Record], bool]:
     """Whether a shard is complete (its file holds exactly its ids); a shard once complete
     stays so, so each is read once however often the pending shards are checked."""
     valid: set[int] = set()
 
-    def done(s: Mapping[str, Any]) -> bool:
+    def done(s: Record) -> bool:
         path = shard_path(shard_dir, s["shard"])
         if s["shard"] not in valid and read_shard(path, s["ids"]) is not None:
             valid.add(s["shard"])
@@ -182,8 +185,8 @@ def _completeness(shard_dir: Path) -> Callable[[Mapping[str, Any]], bool]:
 
 
 def _merge(
-    passages: list[dict[str, Any]], shards: Sequence[Mapping[str, Any]], shard_dir: Path,
-    out_path: Path, opts: ModelSettings, cfg: Mapping[str, Any], record: dict[str, Any],
+    passages: list[dict[str, Any]], shards: Sequence[Record], shard_dir: Path,
+    out_path: Path, opts: ModelSettings, record: dict[str, Any],
 ) -> None:  # fmt: skip
     """Every shard's raw outputs, parsed, into the propositions file + manifest (`record`)."""
     raws, cut = _collect_shards(shards, shard_dir)
@@ -193,7 +196,7 @@ def _merge(
         out_path,
         fallback=opts.fallback,
         spacy_model=opts.spacy_model,
-        limits=ParseLimits.from_cfg(cfg),
+        limits=opts.limits(),
         type="model",
         hit_max_new_tokens=cut,
         **record,
@@ -220,10 +223,10 @@ def _merged(out_path: Path) -> bool:
 
 
 def _shards_key(
-    fingerprint: Mapping[str, Any],
+    fingerprint: dict[str, Any],
     passages_sha: str,
     opts: ModelSettings,
-    settings: Mapping[str, Any],
+    settings: dict[str, Any],
 ) -> str:
     """The shard directory's key: model, passages, shard size and the generation settings.
     batch_size and dtype do not change greedy outputs in principle, but bf16 vs fp32 can flip
@@ -236,7 +239,7 @@ def _shards_key(
     )
 
 
-def _settings_record(settings: Mapping[str, Any], opts: ModelSettings) -> dict[str, Any]:
+def _settings_record(settings: dict[str, Any], opts: ModelSettings) -> dict[str, Any]:
     """The manifest's `settings`: the generation settings, the dtype asked for, the shard size
     and the decoding."""
     return {

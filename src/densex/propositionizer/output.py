@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +17,7 @@ from densex.propositionizer.resolve import ParseStats, SentenceSplitter, resolve
 from densex.utils.integrity import file_record
 from densex.utils.io import write_jsonl, write_manifest
 from densex.utils.logging import get_logger
+from densex.utils.records import Record
 
 log = get_logger(__name__)
 
@@ -26,7 +27,7 @@ __all__ = ["NO_SKIPS", "manifest_path", "passage_source", "write_propositions"]
 NO_SKIPS: dict[str, Any] = {"total": 0, "by_field": {}, "examples": []}
 
 
-def passage_source(passage: Mapping[str, Any]) -> str:
+def passage_source(passage: Record) -> str:
     """The model input for a passage, `Title: {title}. Section: {section}. Content: {text}`:
     the same string as the training pairs (`pairs.format_source`), so a fine-tuned checkpoint
     sees at inference exactly what it was trained on."""
@@ -39,7 +40,7 @@ def manifest_path(out_path: str | os.PathLike) -> Path:
 
 
 def write_propositions(
-    passages: Sequence[Mapping[str, Any]],
+    passages: Sequence[Record],
     raws: Sequence[str | None],
     out_path: str | os.PathLike,
     fallback: str = "sentences",

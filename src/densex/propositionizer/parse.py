@@ -33,15 +33,11 @@ class ParseLimits:
     max_propositions: int = 256
     max_proposition_words: int = 200
 
-    @classmethod
-    def from_cfg(cls, cfg: Any) -> ParseLimits:
-        """From a propositionizer config (missing or null keys keep the defaults)."""
-        kwargs = {}
-        for f in dataclasses.fields(cls):
-            value = cfg.get(f.name) if cfg is not None else None
-            if value is not None:
-                kwargs[f.name] = int(value)
-        return cls(**kwargs)
+    def limits(self) -> ParseLimits:
+        """The caps alone (a propositionizer's settings inherit them)."""
+        return ParseLimits(
+            **{f.name: int(getattr(self, f.name)) for f in dataclasses.fields(ParseLimits)}
+        )
 
 
 _NEST = re.compile(r'"(?:[^"\\]|\\.)*"|"|[\[\]{}]')

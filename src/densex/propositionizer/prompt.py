@@ -6,11 +6,10 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 from densex.utils.io import DataError
+from densex.utils.records import Record
 
 __all__ = ["default_prompt_path", "fill_prompt", "load_template"]
 
@@ -36,7 +35,7 @@ def load_template(path: str | os.PathLike) -> str:
     return text
 
 
-def fill_prompt(template: str, passage: Mapping[str, Any]) -> str:
+def fill_prompt(template: str, passage: Record) -> str:
     """Fill `{title}`, `{section}`, `{text}` in one pass; other braces (the example's JSON)
     and braces inside the passage are left exactly as they are."""
     values = {

@@ -20,6 +20,7 @@ from densex.propositionizer.pairs import split_by_title
 from densex.propositionizer.parse import parse_propositions
 from densex.utils.io import DataError, read_json, read_jsonl
 from densex.utils.logging import get_logger
+from densex.utils.records import Record
 
 log = get_logger(__name__)
 
@@ -41,7 +42,7 @@ PARSE_KEYS = (
 
 
 def split_passage_ids(
-    passages: Sequence[Mapping[str, Any]], val_fraction: float, split: str = "validation"
+    passages: Sequence[Record], val_fraction: float, split: str = "validation"
 ) -> list[str]:
     """Ids of the passages (`{"id", "title", ...}`, in order) whose article the training data
     split puts in `split` ("train" | "validation") at `val_fraction` (`data.val_fraction`).

@@ -20,7 +20,7 @@ import os
 import random
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,6 +33,7 @@ from densex.propositionizer.prompt import default_prompt_path, fill_prompt, load
 from densex.utils.integrity import remove_orphans
 from densex.utils.io import DataError, read_json, write_json
 from densex.utils.logging import get_logger
+from densex.utils.records import Record
 from densex.utils.secrets import redact_text, secret_values
 
 log = get_logger(__name__)
@@ -320,7 +321,7 @@ class Teacher:
             self._sleep(delay)
         raise AssertionError("unreachable")  # pragma: no cover
 
-    def reply(self, passage: Mapping[str, Any]) -> TeacherReply:
+    def reply(self, passage: Record) -> TeacherReply:
         """The teacher's reply for one passage: from the cache, else from the API (then cached,
         unless it is bad: see `_check`)."""
         source = passage_source(passage)
@@ -339,7 +340,7 @@ class Teacher:
             self._store(key, source, reply)
         return reply
 
-    def replies(self, passages: Sequence[Mapping[str, Any]]) -> list[TeacherReply]:
+    def replies(self, passages: Sequence[Record]) -> list[TeacherReply]:
         """Replies for all passages, `max_concurrency` requests in flight; order preserved.
 
         On a failure the requests not yet started are cancelled; finished ones stay cached.

@@ -9,62 +9,60 @@ import inspect
 import os
 import time
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
 from densex.propositionizer.output import NO_SKIPS, write_propositions
-from densex.propositionizer.parse import ParseLimits
 from densex.propositionizer.settings import TeacherSettings
 from densex.propositionizer.teacher import Teacher, TeacherReply, redact_url
 from densex.utils.cache import hash_file
-from densex.utils.config import from_config
 from densex.utils.logging import get_logger
+from densex.utils.records import Record
 
 log = get_logger(__name__)
 
-__all__ = ["generate_with_teacher", "teacher_from_config"]
+__all__ = ["generate_with_teacher", "teacher_from_settings"]
 
 # config key -> `Teacher` argument where the names differ
 _TEACHER_ARGS = {"prompt": "prompt_path"}
 _NOT_FROM_CONFIG = {"model", "sleep", "limits", "price_prompt_per_1m", "price_completion_per_1m"}
 
 
-def teacher_from_config(cfg: Mapping[str, Any], default_cache_dir: str | os.PathLike) -> Teacher:
-    """A `Teacher` from a propositionizer config: its non-null keys that name `Teacher`
-    arguments (`prompt` for `prompt_path`, `prices.*_per_1m`), defaults from `Teacher` itself;
-    `cache_dir` falls back to `default_cache_dir`."""
-    if cfg.get("model") is None:
+def teacher_from_settings(opts: TeacherSettings, default_cache_dir: str | os.PathLike) -> Teacher:
+    """A `Teacher` from the teacher's settings: the non-null ones that name `Teacher`
+    arguments (`prompt` for `prompt_path`, `prices.*_per_1m`; `api_key_env` even when null: no
+    key, a local server); `cache_dir` falls back to `default_cache_dir`."""
+    if opts.model in (None, "???"):
         raise ValueError("propositionizer.model (the teacher's model name) is required")
     kwargs: dict[str, Any] = {"cache_dir": default_cache_dir}
     for name in inspect.signature(Teacher).parameters:
         key = next((k for k, v in _TEACHER_ARGS.items() if v == name), name)
-        if name not in _NOT_FROM_CONFIG and cfg.get(key) is not None:
-            kwargs[name] = cfg.get(key)
-    if "api_key_env" in cfg:  # an explicit null means: no key (a local server)
-        kwargs["api_key_env"] = cfg.get("api_key_env")
-    prices = from_config(TeacherSettings, cfg).prices or {}
+        value = getattr(opts, key, None)
+        if name not in _NOT_FROM_CONFIG and value is not None:
+            kwargs[name] = value
+    kwargs["api_key_env"] = opts.api_key_env
+    prices = opts.prices or {}
     return Teacher(
         **kwargs,
-        model=str(cfg.get("model")),
+        model=str(opts.model),
         price_prompt_per_1m=float(prices.get("prompt_per_1m", 0.0) or 0.0),
         price_completion_per_1m=float(prices.get("completion_per_1m", 0.0) or 0.0),
-        limits=ParseLimits.from_cfg(cfg),
+        limits=opts.limits(),
     )
 
 
 def generate_with_teacher(
-    passages: Sequence[Mapping[str, Any]],
+    passages: Sequence[Record],
     passages_path: str | os.PathLike,
-    cfg: Any,
+    opts: TeacherSettings,
     out_path: str | os.PathLike,
-    skipped: Mapping[str, Any] | None = None,
+    skipped: Record | None = None,
 ) -> Path:
     """Ask the teacher about every passage and write the standard propositions file + manifest
     (`skipped`: the passage reader's `Skips.summary()`, recorded as is)."""
     out_path = Path(out_path)
-    teacher = teacher_from_config(cfg, default_cache_dir=out_path.parent / "teacher_cache")
-    opts = from_config(TeacherSettings, cfg)
+    teacher = teacher_from_settings(opts, default_cache_dir=out_path.parent / "teacher_cache")
     t0 = time.perf_counter()
     replies = teacher.replies(passages)
     seconds = time.perf_counter() - t0
@@ -103,7 +101,7 @@ def _manifest(
     teacher: Teacher,
     replies: Sequence[TeacherReply],
     passages_path: str | os.PathLike,
-    skipped: Mapping[str, Any] | None,
+    skipped: Record | None,
     seconds: float,
 ) -> dict[str, Any]:
     """The teacher run's manifest fields: settings, inputs, request counts, tokens and cost

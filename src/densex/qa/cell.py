@@ -6,7 +6,7 @@ import csv
 import os
 import time
 import unicodedata
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -15,9 +15,10 @@ import regex
 from densex.metrics.answers import compile_answer_pattern, exact_match, has_answer
 from densex.qa.answer_recall import first_answer_words, recall_curve
 from densex.qa.budget import first_words
-from densex.qa.reader import Reader, build_reader
+from densex.qa.reader import Reader
 from densex.utils.io import DataError, atomic_open, csv_rows, write_jsonl, write_manifest
 from densex.utils.logging import get_logger
+from densex.utils.records import Record
 
 log = get_logger(__name__)
 
@@ -94,9 +95,9 @@ def _recall_at(curve: Sequence[float], budget: int, max_words: int) -> dict[str,
 
 
 def qa_metrics(
-    questions: Sequence[Mapping[str, Any]],
+    questions: Sequence[Record],
     ranked_unit_texts: Sequence[Sequence[str]],
-    reader_cfg: Mapping[str, Any] | Reader | None,
+    reader: Reader | None,
     budget: int,
     max_words: int,
     out_dir: str | os.PathLike,
@@ -104,7 +105,8 @@ def qa_metrics(
     curve_step: int = 1,
     per_question: dict[str, list] | None = None,
 ) -> dict[str, float]:
-    """Answer recall@l words for the whole curve and, with a reader, EM@budget.
+    """Answer recall@l words for the whole curve and, with a `reader` (built by the entry
+    pipeline: `pipelines.edge.build_reader`), EM@budget.
 
     `questions` are `{"id", "question", "answers"}` records aligned with `ranked_unit_texts`
     (each question's retrieved unit texts, best first). Writes `answer_recall_by_words.csv`,
@@ -133,7 +135,6 @@ def qa_metrics(
         "curve_file": CURVE_FILE,
         "curve_seconds": round(time.perf_counter() - t0, 3),
     }
-    reader = build_reader(reader_cfg)
     if reader is not None:
         t0 = time.perf_counter()
         correct = _reader_em(reader, questions, answers, ranked_unit_texts, budget, match_type, out)
@@ -154,7 +155,7 @@ def qa_metrics(
 
 def _reader_em(
     reader: Reader,
-    questions: Sequence[Mapping[str, Any]],
+    questions: Sequence[Record],
     answers: Sequence[list[str]],
     ranked_unit_texts: Sequence[Sequence[str]],
     budget: int,

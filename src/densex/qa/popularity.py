@@ -19,6 +19,7 @@ import numpy as np
 
 from densex.utils.io import DataError, read_json
 from densex.utils.logging import get_logger
+from densex.utils.records import Record
 
 log = get_logger(__name__)
 
@@ -68,14 +69,14 @@ class RetrievalHits(dict):
         self.texts: dict[str, str] = {}
         self.short = 0
 
-    def key_of(self, question: Mapping[str, Any]) -> str | None:
+    def key_of(self, question: Record) -> str | None:
         """The key a question row is looked up by (None: it has no id in an id-keyed file)."""
         if self.key == "id":
             qid = question.get("id")
             return None if qid is None else str(qid)
         return str(question["question"]).strip()
 
-    def lookup(self, question: Mapping[str, Any]) -> dict[int, bool] | None:
+    def lookup(self, question: Record) -> dict[int, bool] | None:
         key = self.key_of(question)
         return None if key is None else self.get(key)
 
@@ -142,7 +143,7 @@ def retrieval_hits(
     return out
 
 
-def check_join(questions: Sequence[Mapping[str, Any]], hits: Mapping[str, RetrievalHits]) -> None:
+def check_join(questions: Sequence[Record], hits: Mapping[str, RetrievalHits]) -> None:
     """Refuse joins that would silently pair a question with another question's retrieval:
     ids whose question text differs, ids unknown to the question set, and (text-keyed files)
     question texts shared by questions with different answers."""
@@ -183,7 +184,7 @@ def check_join(questions: Sequence[Mapping[str, Any]], hits: Mapping[str, Retrie
                     )
 
 
-def _lookup(hits: Mapping[str, Mapping[int, bool]], question: Mapping[str, Any]) -> Any:
+def _lookup(hits: Mapping[str, Mapping[int, bool]], question: Record) -> Any:
     if isinstance(hits, RetrievalHits):
         return hits.lookup(question)
     return hits.get(question["question"].strip())
@@ -199,7 +200,7 @@ class PopularityResult:
 
 
 def popularity_recall(
-    questions: Sequence[Mapping[str, Any]],
+    questions: Sequence[Record],
     popularity: Sequence[int],
     hits_by_granularity: Mapping[str, Mapping[str, Mapping[int, bool]]],
     ks: Sequence[int] = (20,),

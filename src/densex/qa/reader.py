@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from densex.utils.generation import generate_sorted
@@ -125,25 +125,3 @@ def tiny_reader(out_dir: str | os.PathLike, **kwargs: Any) -> Reader:
     out = ensure_tiny_t5(out_dir)  # built once, atomically (concurrent jobs: first one wins)
     kwargs.setdefault("name", "tiny")
     return Reader(model=str(out), **kwargs)
-
-
-def build_reader(reader_cfg: Mapping[str, Any] | Reader | None) -> Reader | None:
-    """The reader a `reader` config describes, or None for `reader=none`.
-
-    Configs name their class or factory with `_target_` (Hydra instantiate); a bare mapping
-    with `model` builds a `Reader`. An already built `Reader` is passed through so a sweep
-    can share one.
-    """
-    if reader_cfg is None or isinstance(reader_cfg, Reader):
-        return reader_cfg
-    name = reader_cfg.get("name", None)
-    if name in (None, "none") and "model" not in reader_cfg and "_target_" not in reader_cfg:
-        return None
-    if "_target_" in reader_cfg:
-        from hydra.utils import instantiate
-
-        return instantiate(reader_cfg, _convert_="all")
-    kwargs = dict(reader_cfg)
-    if kwargs.get("model") in (None, "???"):
-        raise ValueError("reader.model is required: a hub id or a local checkpoint directory")
-    return Reader(**kwargs)

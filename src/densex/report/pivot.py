@@ -9,6 +9,7 @@ from typing import Any
 
 from densex.report.naming import DATASET_ORDER, GRANULARITY_ORDER, RETRIEVER_ORDER, ordered
 from densex.utils.io import DataError
+from densex.utils.records import Record
 
 RESULT_FIELDS = ("retriever", "granularity", "dataset")
 
@@ -20,7 +21,7 @@ def condition_label(value: Any) -> str | None:
     return None if value is None else str(value)
 
 
-def cell_key(row: Mapping[str, Any], condition_fields: Sequence[str]) -> tuple:
+def cell_key(row: Record, condition_fields: Sequence[str]) -> tuple:
     """(condition labels..., retriever, granularity, dataset) of a result row."""
     conds = (condition_label(row.get(f)) for f in condition_fields)
     return (*conds, *(str(row[f]) for f in RESULT_FIELDS))
@@ -53,7 +54,7 @@ def pivot_axes(keys: Iterable[tuple], n_cond: int) -> PivotAxes:
 
 
 def duplicate_cell(
-    row: Mapping[str, Any],
+    row: Record,
     line: int,
     field: str,
     table: str,

@@ -18,6 +18,7 @@ from densex.report.naming import (
 from densex.report.naming import display_name as _name
 from densex.utils.io import DataError, read_jsonl
 from densex.utils.logging import get_logger
+from densex.utils.records import Record
 
 log = get_logger(__name__)
 
@@ -151,9 +152,7 @@ def _draw_panel(
     ax.legend(loc="lower right", fontsize=8)
 
 
-def plot_popularity(
-    table: Sequence[Mapping[str, Any]], out_png: str | os.PathLike, k: int = 20
-) -> Path:
+def plot_popularity(table: Sequence[Record], out_png: str | os.PathLike, k: int = 20) -> Path:
     """Recall@k per popularity bucket (x) with one line per granularity (Figure 3)."""
     import matplotlib
 

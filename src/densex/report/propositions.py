@@ -24,6 +24,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from densex.metrics.propositions import PropositionWordStats, stopwords, word_stats
+from densex.utils.records import Record
 
 __all__ = [
     "PASSAGE",
@@ -40,7 +41,7 @@ PASSAGE = "passage"
 
 
 def baseline_systems(
-    passages: Sequence[Mapping[str, Any]], sentences: Mapping[str, Sequence[str]]
+    passages: Sequence[Record], sentences: Mapping[str, Sequence[str]]
 ) -> dict[str, dict[str, list[str]]]:
     """The two baselines: `sentences` (the passage's sentence units) and `passage` (the passage
     text as one proposition). A passage without sentences is its own single sentence."""
@@ -63,11 +64,11 @@ def _score(
 
 
 def quality_rows(
-    passages: Sequence[Mapping[str, Any]],
+    passages: Sequence[Record],
     references: Mapping[str, Sequence[str]],
     systems: Mapping[str, Mapping[str, Sequence[str]]],
     scorer: Any,
-    parse: Mapping[str, Mapping[str, Mapping[str, Any]] | None] | None = None,
+    parse: Mapping[str, Mapping[str, Record] | None] | None = None,
     stem: Callable[[list[str]], list[str]] | None = None,
 ) -> list[dict[str, Any]]:
     """One row per (system, passage), systems in the given order, passages in order.
@@ -101,11 +102,11 @@ def quality_rows(
 
 def _row(
     name: str,
-    p: Mapping[str, Any],
+    p: Record,
     s: Mapping[str, float],
     st: PropositionWordStats,
     ref: PropositionWordStats,
-    outcome: Mapping[str, Any],
+    outcome: Record,
 ) -> dict[str, Any]:
     """The row of system `name` on passage `p`: its scores `s`, word stats `st` beside the
     references' `ref`, and its parse outcome."""
@@ -135,7 +136,7 @@ def _row(
     }
 
 
-def _context(p: Mapping[str, Any]) -> list[str]:
+def _context(p: Record) -> list[str]:
     return [str(p.get("title") or ""), str(p.get("section") or "")]
 
 
@@ -152,7 +153,7 @@ def _ratio(a: float | None, b: float | None) -> float | None:
     return a / b if a is not None and b else None
 
 
-def aggregate(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+def aggregate(rows: Sequence[Record]) -> list[dict[str, Any]]:
     """One row per system (first-seen order) with the columns of
     `report.propositions_files.TABLE_COLUMNS`. Parse columns are None for a system without
     per-passage parse results (baselines)."""

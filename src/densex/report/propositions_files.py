@@ -7,13 +7,14 @@ from __future__ import annotations
 import csv
 import math
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from densex.metrics.propositions import STOPWORDS_NAME
 from densex.report.wandb_log import log_table
 from densex.utils.io import atomic_open, write_json
+from densex.utils.records import Record
 
 __all__ = ["log_report", "report_markdown", "write_report"]
 
@@ -71,7 +72,7 @@ def _f(v: Any, digits: int = 3, percent: bool = False) -> str:
     return f"{100 * v:.1f}" if percent else f"{v:.{digits}f}"
 
 
-def report_markdown(table: Sequence[Mapping[str, Any]], notes: Sequence[str] = ()) -> str:
+def report_markdown(table: Sequence[Record], notes: Sequence[str] = ()) -> str:
     """GitHub Markdown of `aggregate`'s table (shares in percent), then `notes` as bullets."""
     header = [
         "system", "passages", "set-F1", "P", "R", "props / passage", "words / prop",
@@ -100,7 +101,7 @@ def report_markdown(table: Sequence[Mapping[str, Any]], notes: Sequence[str] = (
     return out
 
 
-def _csv(path: Path, columns: Sequence[str], rows: Sequence[Mapping[str, Any]]) -> Path:
+def _csv(path: Path, columns: Sequence[str], rows: Sequence[Record]) -> Path:
     with atomic_open(path) as f:
         w = csv.DictWriter(f, fieldnames=list(columns), extrasaction="ignore", lineterminator="\n")
         w.writeheader()
@@ -111,9 +112,9 @@ def _csv(path: Path, columns: Sequence[str], rows: Sequence[Mapping[str, Any]]) 
 
 def write_report(
     out_dir: str | os.PathLike,
-    rows: Sequence[Mapping[str, Any]],
-    table: Sequence[Mapping[str, Any]],
-    summary: Mapping[str, Any],
+    rows: Sequence[Record],
+    table: Sequence[Record],
+    summary: Record,
     notes: Sequence[str] = (),
 ) -> dict[str, Path]:
     """Write the per-passage CSV, the aggregate table (CSV, Markdown) and `summary` + table as
@@ -137,9 +138,7 @@ def write_report(
     return paths
 
 
-def log_report(
-    run: Any, table: Sequence[Mapping[str, Any]], rows: Sequence[Mapping[str, Any]] = ()
-) -> None:
+def log_report(run: Any, table: Sequence[Record], rows: Sequence[Record] = ()) -> None:
     """Log the aggregate table (`propositions_report`), the per-passage rows
     (`propositions_per_passage`) and each system's scalars (`{system}/{metric}`) to a W&B run."""
 

@@ -10,7 +10,7 @@ import csv
 import math
 import os
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +20,7 @@ from densex.report.naming import (
 from densex.report.pivot import RESULT_FIELDS, cell_key, duplicate_cell, pivot_axes
 from densex.utils.io import atomic_open
 from densex.utils.logging import get_logger
+from densex.utils.records import Record
 
 log = get_logger(__name__)
 
@@ -33,7 +34,7 @@ def _name(key: str) -> str:
     return display_name(key)
 
 
-def em_cells(rows: Iterable[Mapping[str, Any]]) -> dict[tuple, float]:
+def em_cells(rows: Iterable[Record]) -> dict[tuple, float]:
     """(corpus, index, reader, retriever, granularity, dataset, l) -> EM@l from result rows.
 
     Two rows with an EM@l for the same cell (e.g. a sweep over a setting the table does not
@@ -56,7 +57,7 @@ def em_cells(rows: Iterable[Mapping[str, Any]]) -> dict[tuple, float]:
     return cells
 
 
-def table3_rows(rows: Iterable[Mapping[str, Any]]) -> tuple[list[str], list[list[Any]]]:
+def table3_rows(rows: Iterable[Record]) -> tuple[list[str], list[list[Any]]]:
     """Header and body: retriever, [corpus, index, reader where they vary], granularity, then
     one float or None per column."""
     cells = em_cells(rows)
@@ -126,7 +127,7 @@ def _markdown(
 
 
 def write_table3(
-    rows: Iterable[Mapping[str, Any]],
+    rows: Iterable[Record],
     out_dir: str | os.PathLike,
     marks: dict[tuple, str] | None = None,
     notes: str | None = None,

@@ -12,31 +12,7 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
-from omegaconf import DictConfig, OmegaConf
-
 from densex.utils.secrets import redact_config
-
-
-def wandb_settings(cfg: DictConfig) -> dict[str, Any] | None:
-    """The `logger.wandb` node as a plain dict, or None when W&B is not selected.
-
-    Values that cannot be resolved here (e.g. `${paths.output_dir}` in a multirun callback,
-    outside any job) come back as None, so the caller's own default applies.
-    """
-    logger = cfg.get("logger")
-    if not logger or "wandb" not in logger:
-        return None
-    node = logger.wandb
-    out: dict[str, Any] = {}
-    for key in node:
-        try:
-            value = node[key]
-        except Exception:  # noqa: BLE001 - an interpolation that only resolves inside a job
-            value = None
-        out[key] = (
-            OmegaConf.to_container(value, resolve=True) if OmegaConf.is_config(value) else value
-        )
-    return out
 
 
 def wandb_logged_in() -> bool:
@@ -56,19 +32,19 @@ def wandb_offline(offline: bool | None = None) -> bool:
 
 
 def init_run(
-    cfg: DictConfig,
+    settings: dict[str, Any] | None,
     *,
     save_dir: str | os.PathLike | None = None,
     name: str | None = None,
     job_type: str | None = None,
     config: dict[str, Any] | None = None,
 ):
-    """Start a W&B run from `cfg.logger.wandb`, or return None when W&B is not selected.
+    """Start a W&B run from the `logger.wandb` settings (plain values:
+    `pipelines.edge.wandb_settings`), or return None when W&B is not selected (None).
 
-    Offline unless the user is logged in (or the config says `offline: true`); WANDB_MODE
+    Offline unless the user is logged in (or the settings say `offline: true`); WANDB_MODE
     still wins, so WANDB_MODE=disabled turns it into a no-op run.
     """
-    settings = wandb_settings(cfg)
     if settings is None:
         return None
     import wandb
@@ -88,26 +64,6 @@ def init_run(
         config=redact_config(config) if config is not None else None,  # no secret in W&B
         reinit="finish_previous",
     )
-
-
-def run_name(row: dict[str, Any], cfg: DictConfig | None = None) -> str:
-    """A run name unique within a sweep: retriever-granularity-dataset, then every other key
-    the job's command line sets (`budget=500`, `reader=tiny`, `corpus=...`) as `key=value`."""
-    parts = [str(row.get(k)) for k in ("retriever", "granularity", "dataset")]
-    shown = {"retriever", "granularity", "dataset"}
-    try:
-        from hydra.core.hydra_config import HydraConfig
-
-        overrides = list(HydraConfig.get().overrides.task) if HydraConfig.initialized() else []
-    except (ImportError, ValueError):
-        overrides = []
-    for ov in overrides:
-        key, _, value = ov.lstrip("+~").partition("=")
-        if key in shown or key.startswith(("hydra.", "paths.")) or not value:
-            continue
-        shown.add(key)
-        parts.append(f"{key}={value}")
-    return "-".join(parts)
 
 
 def _round(value: Any, digits: int = 2) -> Any:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import shutil
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -21,30 +21,30 @@ from bm25s.tokenization import Tokenizer
 from densex.metrics.propositions import snowball
 from densex.retrieval.spec import BM25Spec
 from densex.utils.bm25 import bm25_index, bm25_search, bm25_tokenizer
-from densex.utils.config import from_config
 from densex.utils.integrity import DamagedArtifact, file_records, verify_files
 from densex.utils.io import DataError, mkdtemp, read_json, read_jsonl, write_json, write_manifest
+from densex.utils.records import Record
 
 
-def bm25_settings(cfg: Mapping[str, Any]) -> dict[str, Any]:
-    """Validated settings of a `conf/retriever/bm25.yaml` node (unknown keys are an error)."""
-    return dataclasses.asdict(from_config(BM25Spec, cfg, strict=True))
+def bm25_settings(spec: BM25Spec) -> dict[str, Any]:
+    """The settings of `spec` as the manifest and the cache key record them."""
+    return dataclasses.asdict(spec)
 
 
-def _tokenizer(settings: Mapping[str, Any]) -> Tokenizer:
+def _tokenizer(spec: BM25Spec) -> Tokenizer:
     return bm25_tokenizer(
-        lower=settings["lower"],
-        stopwords=settings["stopwords"] or [],
+        lower=spec.lower,
+        stopwords=spec.stopwords or [],
         # bm25s stems one word at a time: the Stemmer object (its `stemWord`), not `stemWords`
-        stemmer=snowball(settings["stemmer"]),
+        stemmer=snowball(spec.stemmer),
     )
 
 
-def unit_text(settings: Mapping[str, Any], unit: Mapping[str, Any]) -> str:
+def unit_text(spec: BM25Spec, unit: Record) -> str:
     """The text BM25 indexes for a unit: its title + `title_sep` + text with `title: prefix`."""
     title = (unit.get("title") or "").strip()
-    if settings["title"] == "prefix" and title:
-        return title + settings["title_sep"] + unit["text"]
+    if spec.title == "prefix" and title:
+        return title + spec.title_sep + unit["text"]
     return unit["text"]
 
 
@@ -56,10 +56,10 @@ class BM25Searcher:
         model: bm25s.BM25,
         tokenizer: Tokenizer,
         unit_ids: Sequence[str],
-        settings: Mapping[str, Any],
+        spec: BM25Spec,
     ) -> None:
         self.model, self.tokenizer = model, tokenizer
-        self.unit_ids, self.settings = list(unit_ids), dict(settings)
+        self.unit_ids, self.spec, self.settings = list(unit_ids), spec, bm25_settings(spec)
         self.info: dict[str, Any] = {}
 
     @property
@@ -67,24 +67,24 @@ class BM25Searcher:
         return len(self.unit_ids)
 
     @classmethod
-    def build(cls, units_path: str | Path, cfg: Mapping[str, Any]) -> BM25Searcher:
-        settings = bm25_settings(cfg)
+    def build(cls, units_path: str | Path, spec: BM25Spec) -> BM25Searcher:
+        """Index every unit of `units_path` under `spec` (a `DataError` when there is none)."""
         ids, texts = [], []
         for row in read_jsonl(units_path, required=("id", "text")):
             ids.append(str(row["id"]))
-            texts.append(unit_text(settings, row))
+            texts.append(unit_text(spec, row))
         if not ids:
             raise DataError(units_path, None, None, "no units to index")
-        tok = _tokenizer(settings)
+        tok = _tokenizer(spec)
         model = bm25_index(
             texts,
             tok,
-            k1=settings["k1"],
-            b=settings["b"],
-            method=settings["method"],
+            k1=spec.k1,
+            b=spec.b,
+            method=spec.method,
             allow_empty=True,  # a unit without an indexed term is the empty token
         )
-        return cls(model, tok, ids, settings)
+        return cls(model, tok, ids, spec)
 
     def search(self, queries: Sequence[str], n: int) -> tuple[np.ndarray, np.ndarray]:
         """(scores float32 [nq, n], rows int64 [nq, n]); -1 past the units that match a term."""
@@ -138,8 +138,8 @@ class BM25Searcher:
             err = DamagedArtifact(path, None, None, f"damaged bm25 index: {why}")
             err.problems = problems
             raise err
-        settings = man["settings"]
-        tok = _tokenizer(settings)
+        spec = BM25Spec(**man["settings"])
+        tok = _tokenizer(spec)
         tok.load_vocab(str(d))
         model = bm25s.BM25.load(str(d), show_progress=False)
-        return cls(model, tok, read_json(d / "unit_ids.json"), settings)
+        return cls(model, tok, read_json(d / "unit_ids.json"), spec)

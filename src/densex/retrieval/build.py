@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import shutil
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +24,7 @@ from densex.retrieval.encoders import DenseRetriever
 from densex.retrieval.faiss_index import build_index_to_dir
 from densex.retrieval.search import UnitSearcher
 from densex.retrieval.sharded_index import ShardedIndex
-from densex.retrieval.spec import IndexSpec, RetrieverSpec
+from densex.retrieval.spec import BM25Spec, IndexSpec, RetrieverSpec
 from densex.utils.cache import artifact_dir, content_key, hash_file
 from densex.utils.distributed import global_rank
 from densex.utils.integrity import (
@@ -42,7 +42,7 @@ from densex.utils.logging import get_logger
 log = get_logger(__name__)
 
 
-def shard_size_for(n_units: int, settings: Mapping[str, Any] | None = None) -> int:
+def shard_size_for(n_units: int, settings: dict[str, Any] | None = None) -> int:
     """Rows per embedding shard: `cache.embedding_shard_size` when it is an int, else (`auto`)
     `clamp(min(ceil(n / shard_target_count), shard_max_seconds * shard_units_per_second),
     shard_min_size, shard_max_size)`: a corpus has at least ~`shard_target_count` shards, a
@@ -126,24 +126,25 @@ def embeddings_dir(
 
 def load_or_build_searcher(
     units_path: str | Path,
-    retriever_cfg: Mapping[str, Any],
-    index_cfg: Mapping[str, Any] | None,
+    retriever: RetrieverSpec | BM25Spec,
+    index: IndexSpec | None,
     cache_dir: str | Path,
-    trainer_cfg: Mapping[str, Any] | None = None,
+    trainer_args: dict[str, Any] | None = None,
     shard_size: int | None = None,
 ) -> UnitSearcher:
     """The searcher for (units, retriever, index), built once per content key and then loaded.
 
-    `retriever_cfg.type == "sparse"` gives a `BM25Searcher` (`index_cfg` is not used);
-    otherwise unit embeddings (Lightning predict, `trainer_cfg`) and a faiss index.
+    A `BM25Spec` gives a `BM25Searcher` (`index` is not used); a `RetrieverSpec` unit
+    embeddings (Lightning predict with the trainer group's plain `trainer_args`) and a faiss
+    index (`index` None: `IndexSpec()`'s exact flat one).
     """
     units_path = Path(units_path)
     if not units_path.exists():
         raise DataError(units_path, None, None, "units file not found")
-    if str(retriever_cfg.get("type") or "dense") == "sparse":
-        return _load_or_build_bm25(units_path, retriever_cfg, cache_dir)
+    if isinstance(retriever, BM25Spec):
+        return _load_or_build_bm25(units_path, retriever, cache_dir)
 
-    spec = RetrieverSpec.from_cfg(retriever_cfg)
+    spec = retriever
     if spec.export_dir is None:  # exported encoders (runtime onnx/openvino) beside the rest
         spec = dataclasses.replace(spec, export_dir=str(Path(cache_dir) / "exports"))
     shard_size = shard_size or default_shard_size(units_path)
@@ -151,12 +152,12 @@ def load_or_build_searcher(
     # verified (size + hash per shard) before reuse; damaged shards alone are re-encoded
     store = open_embeddings(emb_dir)
     if store is None:  # shards claimed one by one: concurrent processes share the encoding
-        store = encode_units_to_dir(units_path, spec, emb_dir, trainer_cfg, shard_size=shard_size)
+        store = encode_units_to_dir(units_path, spec, emb_dir, trainer_args, shard_size=shard_size)
     encoded = store.encoded_rows > 0
 
     if global_rank() != 0:  # ddp: every rank encoded its shards; rank 0 alone builds the index
         return EncodedUnits(len(store), {"embeddings_dir": str(emb_dir), "encoded": encoded})
-    ispec = IndexSpec.from_cfg(index_cfg)
+    ispec = index if index is not None else IndexSpec()
     index, idx_dir, built = _load_or_build_index(
         store, spec, ispec, emb_dir, cache_dir, units_path, encoded
     )
@@ -219,10 +220,8 @@ def _load_or_build_index(
     return index, idx_dir, bool(built)
 
 
-def _load_or_build_bm25(
-    units_path: Path, rcfg: dict[str, Any], cache_dir: str | Path
-) -> BM25Searcher:
-    settings = bm25_settings(rcfg)
+def _load_or_build_bm25(units_path: Path, spec: BM25Spec, cache_dir: str | Path) -> BM25Searcher:
+    settings = bm25_settings(spec)
     key = content_key(units=hash_file(units_path), bm25=settings)
     out = artifact_dir(cache_dir, "bm25", settings["name"], key=key)
     remove_orphans(out.parent)  # build dirs of a killed earlier build (`.<key>.<host>-<pid>...`)
@@ -240,7 +239,7 @@ def _load_or_build_bm25(
 
     def build() -> BM25Searcher:
         built.append(True)
-        BM25Searcher.build(units_path, settings).save(out, units_sha256=hash_file(units_path))
+        BM25Searcher.build(units_path, spec).save(out, units_sha256=hash_file(units_path))
         return BM25Searcher.load(out)
 
     searcher = build_once(out, "bm25 index", reuse, build)  # once across processes

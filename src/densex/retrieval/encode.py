@@ -16,7 +16,7 @@ its shards, runs `Trainer.predict` and writes the manifest.
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -88,9 +88,9 @@ def _truncation_summary(out: Path, plan: Sequence[tuple[int, int]]) -> dict[str,
 
 def encode_units_to_dir(
     units_path: str | Path,
-    retriever_cfg: Mapping[str, Any],
+    spec: RetrieverSpec,
     out_dir: str | Path,
-    trainer_cfg: Mapping[str, Any] | None = None,
+    trainer_args: dict[str, Any] | None = None,
     shard_size: int = 50_000,
     dtype: str | None = None,
 ) -> EmbeddingStore:
@@ -98,13 +98,9 @@ def encode_units_to_dir(
 
     Resumes from complete shards; returns the opened `EmbeddingStore`. The directory is bound to
     one (units file, retriever, shard size, dtype): reusing it for another is a `DataError`.
-    Encoding runs in `retriever.precision` (default 32-true), whatever `trainer_cfg.precision` says.
+    Encoding runs in `spec.precision` (default 32-true), whatever `trainer_args` say;
+    `trainer_args` are the `trainer` group's plain values (`utils.trainer.predict_trainer`).
     """
-    spec = (
-        retriever_cfg
-        if isinstance(retriever_cfg, RetrieverSpec)
-        else RetrieverSpec.from_cfg(retriever_cfg)
-    )
     units_path, out = Path(units_path), Path(out_dir)
     if not units_path.exists():
         raise DataError(units_path, None, None, "file not found")
@@ -122,7 +118,7 @@ def encode_units_to_dir(
     _bind_job(out, job)
     plan = plan_shards(n_units, shard_size)
     t0 = time.perf_counter()
-    trainer, encoded, resumed = _encode_shared(units_path, spec, out, plan, job, trainer_cfg)
+    trainer, encoded, resumed = _encode_shared(units_path, spec, out, plan, job, trainer_args)
     if trainer is not None and not trainer.is_global_zero:  # ddp: rank 0 writes the manifest
         trainer.strategy.barrier("densex-manifest")
         store = EmbeddingStore.open(out)
@@ -160,7 +156,7 @@ def _reusable(out: Path, job: dict[str, Any]) -> EmbeddingStore | None:
 
 def _encode_shared(
     units_path: Path, spec: RetrieverSpec, out: Path, plan: list[tuple[int, int]],
-    job: dict[str, Any], trainer_cfg: Any,
+    job: dict[str, Any], trainer_args: Any,
 ) -> tuple[pl.Trainer | None, int, int]:  # fmt: skip
     """Encode the shards not on disk, sharing them with any other process encoding `out`
     (`utils.locks.share_pending`: each pass claims what nobody holds, then waits for the shards
@@ -175,7 +171,7 @@ def _encode_shared(
     def run(pending: list[tuple[int, int]]) -> None:
         n_done = len(plan) - len(pending)
         trainer, rows = _encode_pending(
-            units_path, spec, out, pending, job["dtype"], trainer_cfg, n_done
+            units_path, spec, out, pending, job["dtype"], trainer_args, n_done
         )
         state["trainer"], state["rows"] = trainer, state["rows"] + rows
 
@@ -204,7 +200,7 @@ def _bind_job(out: Path, job: dict[str, Any]) -> None:
 
 def _encode_pending(
     units_path: Path, spec: RetrieverSpec, out: Path, pending: list[tuple[int, int]],
-    dtype: str, trainer_cfg: Any, n_done: int,
+    dtype: str, trainer_args: Any, n_done: int,
 ) -> tuple[pl.Trainer, int]:  # fmt: skip
     """Encode the pending shards this process claims with Lightning predict (each rank claims
     among its shards r, r+world, ...); (the trainer, rows it encoded), after every rank's
@@ -219,9 +215,9 @@ def _encode_pending(
     # encoding runs in the retriever's precision (part of the cache key), never the
     # trainer's: `trainer.precision=auto` must not turn cached fp32 vectors into bf16 ones
     trainer = predict_trainer(
-        trainer_cfg,
+        trainer_args,
         root_dir=out,
-        callbacks=[writer, *units_progress_bar(trainer_cfg)],
+        callbacks=[writer, *units_progress_bar(trainer_args)],
         precision=spec.precision,
     )
     dm = UnitsDataModule(pending, texts, encoder, spec.batch_size)

@@ -8,7 +8,7 @@ are encoded; `UnitsProgressBar` is Lightning's rich bar with a units/s column.
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -140,9 +140,9 @@ class UnitsProgressBar(RichProgressBar):
         super().on_predict_batch_end(trainer, pl_module, outputs, batch, batch_idx, dataloader_idx)
 
 
-def units_progress_bar(trainer_cfg: Mapping[str, Any] | None) -> list:
-    """`[UnitsProgressBar()]` on a terminal, `[]` when the trainer config turns progress bars
-    off or stderr is not a terminal."""
-    enabled = trainer_cfg.get("enable_progress_bar", True) if trainer_cfg is not None else True
+def units_progress_bar(trainer_args: dict[str, Any] | None) -> list:
+    """`[UnitsProgressBar()]` on a terminal, `[]` when the trainer's plain values turn progress
+    bars off or stderr is not a terminal."""
+    enabled = (trainer_args or {}).get("enable_progress_bar", True)
     # without a terminal `predict_trainer` logs periodic lines (LogProgress) instead
     return [UnitsProgressBar()] if enabled and is_tty() else []

@@ -22,6 +22,7 @@ from densex.retrieval.hashing import HashEncoder
 from densex.retrieval.runtimes import ExportedEncoder, exported_encoder
 from densex.retrieval.spec import RetrieverSpec
 from densex.utils.models import resolve_model
+from densex.utils.records import Record
 
 # The autocast dtype of a spec's `precision` (none for 32-true), as Lightning's mixed precision.
 AUTOCAST_DTYPES = {"bf16-mixed": torch.bfloat16, "16-mixed": torch.float16}
@@ -103,12 +104,12 @@ class TextEncoder(nn.Module):
             texts, padding=True, truncation=True, max_length=self.max_length, return_tensors="pt"
         )
 
-    def forward(self, features: Mapping[str, Any]) -> torch.Tensor:
+    def forward(self, features: Mapping[str, torch.Tensor]) -> torch.Tensor:
         if self.exported is not None:
             return self.exported(features)
         return self.torch_forward(features)
 
-    def torch_forward(self, features: Mapping[str, Any]) -> torch.Tensor:
+    def torch_forward(self, features: Mapping[str, torch.Tensor]) -> torch.Tensor:
         """The torch path: model, pooling, float32, L2 normalisation for cosine."""
         pooling = self.spec.pooling
         if pooling == "st":
@@ -154,7 +155,7 @@ class TextEncoder(nn.Module):
         )
 
 
-def format_units(spec: RetrieverSpec, units: Sequence[Mapping[str, Any]]) -> list:
+def format_units(spec: RetrieverSpec, units: Sequence[Record]) -> list:
     """Units -> what the document tokenizer takes: strings, or (title, text) pairs for 'pair'."""
     return format_unit_texts(spec, [u.get("title") for u in units], [u["text"] for u in units])
 
@@ -255,9 +256,7 @@ class DenseRetriever:
             self.query_encoder, format_queries(self.spec, texts), batch_size or self.spec.batch_size
         )
 
-    def encode_units(
-        self, units: Sequence[Mapping[str, Any]], batch_size: int | None = None
-    ) -> np.ndarray:
+    def encode_units(self, units: Sequence[Record], batch_size: int | None = None) -> np.ndarray:
         """Unit dicts (title, text) -> float32 [n, dim]; in-process (Lightning: see encode.py)."""
         return self._encode(
             self.doc_encoder, format_units(self.spec, units), batch_size or self.spec.batch_size
@@ -293,6 +292,6 @@ def _resolve_max_length(encoder: TextEncoder, max_length: int | None) -> int:
     return limit if 0 < limit < 1_000_000 else 512
 
 
-def build_retriever(retriever_cfg: Mapping[str, Any]) -> DenseRetriever:
-    """A `DenseRetriever` from a `conf/retriever/*.yaml` node (dense and hash retrievers)."""
-    return DenseRetriever(RetrieverSpec.from_cfg(retriever_cfg))
+def build_retriever(spec: RetrieverSpec) -> DenseRetriever:
+    """A `DenseRetriever` for `spec` (dense and hash retrievers)."""
+    return DenseRetriever(spec)

@@ -18,7 +18,7 @@ __all__ = ["GPU_MAX_K", "gpu_available", "is_gpu", "set_search_params", "to_cpu"
 GPU_MAX_K = 2048
 
 
-def set_search_params(index: faiss.Index, params: Mapping[str, Any]) -> None:
+def set_search_params(index: faiss.Index, params: Mapping[str, float | int | str]) -> None:
     """Set search parameters (`{"nprobe": 8}`, ...) on `index`, a CPU or GPU one."""
     if not params:
         return

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -77,13 +77,13 @@ def _train_sample(vectors: Any, ntotal: int, size: int, seed: int) -> np.ndarray
     return np.concatenate(out)
 
 
-def build_index(vectors: Any, spec: IndexSpec | Mapping[str, Any] | None = None) -> ShardedIndex:
+def build_index(vectors: Any, spec: IndexSpec | None = None) -> ShardedIndex:
     """Build (and train, for IVF/PQ) an inner-product index over `vectors`, split into shards.
 
     `vectors` is a float array [n, d] or an `EmbeddingStore` (streamed, never concatenated).
     Approximate indexes get their recall vs exact search measured (`spec.recall_queries`).
     """
-    spec = spec if isinstance(spec, IndexSpec) else IndexSpec.from_cfg(spec)
+    spec = spec if spec is not None else IndexSpec()
     t0 = time.perf_counter()
     ntotal = int(len(vectors))
     dim = int(vectors.dim if hasattr(vectors, "dim") else np.asarray(vectors).shape[1])
@@ -146,13 +146,13 @@ def shards_for_budget(ntotal: int, bytes_per_vector: int, spec: IndexSpec) -> in
 
 
 def build_index_to_dir(
-    vectors: Any, spec: IndexSpec | Mapping[str, Any] | None, out_dir: str | Path, **manifest: Any
+    vectors: Any, spec: IndexSpec | None, out_dir: str | Path, **manifest: Any
 ) -> ShardedIndex:
     """`build_index`, holding one shard at a time: each shard is built from streamed vectors,
     written to `out_dir` and released, then the manifest is written and the index loaded (held
     in RAM, or memory-mapped shard by shard when over `spec.memory_budget_gb`). Peak memory:
     one shard plus the training sample, whatever the corpus size."""
-    spec = spec if isinstance(spec, IndexSpec) else IndexSpec.from_cfg(spec)
+    spec = spec if spec is not None else IndexSpec()
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import zlib
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 import numpy as np
 import torch
@@ -101,7 +100,7 @@ class HashEncoder(nn.Module):
             "hash_lengths": torch.from_numpy(n_tok),
         }
 
-    def forward(self, features: Mapping[str, Any]) -> torch.Tensor:
+    def forward(self, features: Mapping[str, torch.Tensor]) -> torch.Tensor:
         """The cells of `tokenize` written into a dense float32 [B, dim] on the features'
         device (rows without tokens, or whose counts all cancel, are zero). Always float32: a
         retriever's mixed `precision` (autocast) does not apply."""

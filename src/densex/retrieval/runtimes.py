@@ -83,10 +83,10 @@ def model_fingerprint(path: str) -> dict[str, Any]:
 def export_encoder(
     module: torch.nn.Module,
     forward: Callable[[Mapping[str, torch.Tensor]], torch.Tensor],
-    sample: Mapping[str, Any],
+    sample: Mapping[str, torch.Tensor],
     export_dir: str | Path,
     name: str,
-    key_parts: Mapping[str, Any],
+    key_parts: dict[str, Any],
     quantize: str,
 ) -> Path:
     """The ONNX file of `forward` (features -> pooled embeddings; `module` holds its weights) for `quantize` ("none" |
@@ -149,7 +149,7 @@ def _quantize_int8(src: Path, dst: Path) -> None:
 def _export(
     module: torch.nn.Module,
     forward: Callable[[Mapping[str, torch.Tensor]], torch.Tensor],
-    sample: Mapping[str, Any],
+    sample: Mapping[str, torch.Tensor],
     names: Sequence[str],
     path: Path,
 ) -> None:
@@ -189,7 +189,7 @@ class ExportedEncoder:
     def __getstate__(self) -> dict[str, Any]:
         return {**self.__dict__, "_run": None}  # sessions are per process
 
-    def __call__(self, features: Mapping[str, Any]) -> torch.Tensor:
+    def __call__(self, features: Mapping[str, torch.Tensor]) -> torch.Tensor:
         if self._run is None:
             self._run = self._session()
         feeds = {k: _int64(features[k]) for k in self.input_names}

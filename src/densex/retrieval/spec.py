@@ -9,11 +9,10 @@ differs from the defaults, a misspelt key fails at composition naming the file, 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from densex.utils.config import check_choices, from_config
+from densex.utils.config import ConfigNode, check_choices, from_config
 
 TYPES = ("dense", "hash")
 POOLINGS = ("cls", "mean", "pooler", "st")
@@ -113,7 +112,7 @@ class RetrieverSpec:
             )
 
     @classmethod
-    def from_cfg(cls, cfg: Mapping[str, Any]) -> RetrieverSpec:
+    def from_cfg(cls, cfg: ConfigNode) -> RetrieverSpec:
         """From a Hydra node or dict; unknown keys are an error (a typo must not be ignored)."""
         if isinstance(cfg, RetrieverSpec):
             return cfg
@@ -174,7 +173,7 @@ class IndexSpec:
     blas_threshold: int | None = 20
 
     @classmethod
-    def from_cfg(cls, cfg: Mapping[str, Any] | None) -> IndexSpec:
+    def from_cfg(cls, cfg: ConfigNode | None) -> IndexSpec:
         """From a `conf/index` node or dict (None = the defaults); unknown keys are an error."""
         if isinstance(cfg, IndexSpec):
             return cfg
@@ -211,3 +210,18 @@ class BM25Spec:
 
     def __post_init__(self) -> None:
         check_choices(f"retriever {self.name!r}", title=(self.title, ("prefix", "none")))
+
+    @classmethod
+    def from_cfg(cls, cfg: ConfigNode) -> BM25Spec:
+        """From a `conf/retriever/bm25.yaml` node or dict; unknown keys are an error."""
+        if isinstance(cfg, BM25Spec):
+            return cfg
+        return from_config(cls, cfg, strict=True)
+
+
+def retriever_spec(cfg: ConfigNode) -> RetrieverSpec | BM25Spec:
+    """The spec of a `retriever` node: `BM25Spec` for `type: sparse`, else `RetrieverSpec`."""
+    if isinstance(cfg, (RetrieverSpec, BM25Spec)):
+        return cfg
+    sparse = str(cfg.get("type") or "dense") == "sparse"
+    return BM25Spec.from_cfg(cfg) if sparse else RetrieverSpec.from_cfg(cfg)

@@ -12,17 +12,63 @@ from collections.abc import Mapping
 from typing import Any, TypeVar
 
 T = TypeVar("T")
+# config-types: the one conversion module (config node -> plain values or a spec)
+# A config node (an OmegaConf DictConfig) or a plain mapping of one group's settings. Taken
+# only here and by the spec constructors (`RetrieverSpec.from_cfg`, ...) that the entry
+# pipelines call once; the layers below `pipelines/` get the typed objects or plain values.
+# (This module is the one place that converts, so it names the config types; see
+# docs/architecture.md, "Typed at the edge".)
+ConfigNode = Mapping[str, Any]
 _HYDRA_KEYS = ("_target_", "_convert_", "_partial_", "_recursive_")
 
 
 def plain_data(value: Any) -> Any:
     """A config node (DictConfig/ListConfig, resolved) as plain dicts and lists; anything else
     as it is."""
+    # config-import: this module is the one place a config node becomes plain values or a spec
     from omegaconf import DictConfig, ListConfig, OmegaConf
 
     if isinstance(value, (DictConfig, ListConfig)):
         return OmegaConf.to_container(value, resolve=True)
     return value
+
+
+def plain_settings(node: ConfigNode | None, optional: tuple[str, ...] = ()) -> dict[str, Any]:
+    """A config node as a plain dict (`{}` for None), resolved key by key; a key of `optional`
+    whose interpolation cannot be resolved here is left out (the trainer group's
+    `default_root_dir: ${paths.output_dir}` outside a Hydra run: a predict trainer is given
+    its own root or writes nothing there)."""
+    # config-import: the one conversion module: a node resolved key by key into plain values
+    from omegaconf import OmegaConf
+    from omegaconf.errors import InterpolationResolutionError  # config-import: as above
+
+    if node is None:
+        return {}
+    if not OmegaConf.is_config(node):
+        return dict(node)
+    out: dict[str, Any] = {}
+    for key in node:
+        try:
+            out[str(key)] = plain_data(node[key])
+        except InterpolationResolutionError:
+            if key not in optional:
+                raise
+    return out
+
+
+def to_spec(cls: type[T], node: ConfigNode | T) -> T:
+    """The schema dataclass `cls` of a config group's node: `OmegaConf.to_object` of a node
+    composed onto it (its `__post_init__` checks run), else the node's resolved values merged
+    onto `cls` (a plain dict or an untyped node: unknown keys are an error naming them)."""
+    # config-import: the one conversion module: a group's node into its schema dataclass
+    from omegaconf import DictConfig, OmegaConf
+
+    if isinstance(node, cls):
+        return node
+    if isinstance(node, DictConfig) and OmegaConf.get_type(node) is cls:
+        return OmegaConf.to_object(node)  # type: ignore[return-value]
+    values = OmegaConf.to_container(node, resolve=True) if OmegaConf.is_config(node) else node
+    return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(cls), values))  # type: ignore[return-value]
 
 
 def from_config(

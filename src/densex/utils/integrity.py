@@ -30,6 +30,7 @@ from typing import Any
 from densex.utils.config import check_choices
 from densex.utils.io import DataError, tmp_tag
 from densex.utils.logging import get_logger
+from densex.utils.records import Record
 
 log = get_logger(__name__)
 
@@ -77,13 +78,18 @@ class DamagedArtifact(DataError):
     """A cached file does not match its manifest (size or content hash)."""
 
 
-def configure(cache_cfg: Mapping[str, Any] | None) -> dict[str, Any]:
-    """Set the process-wide policy from a `cache` config node (`verify`, `on_damaged`,
-    `clean_orphans`, and the shard-size settings `retrieval.build.shard_size_for` reads);
-    missing keys keep their values. Returns the policy."""
-    for key in cache_cfg or {}:
-        if cache_cfg.get(key) is not None:
-            _policy[str(key)] = cache_cfg.get(key)
+def configure(spec: CacheSpec | None = None, **settings: Any) -> dict[str, Any]:
+    """Set the process-wide policy from the `cache` group's `CacheSpec` (`verify`,
+    `on_damaged`, `clean_orphans`, and the shard-size settings `retrieval.build.shard_size_for`
+    reads) and/or single settings by keyword (`on_damaged="refuse"`); None values and settings
+    not given keep theirs. Returns the policy."""
+    values = {**(dataclasses.asdict(spec) if spec is not None else {}), **settings}
+    unknown = sorted(set(values) - set(_DEFAULT_POLICY))
+    if unknown:
+        raise ValueError(f"cache: unknown settings {unknown}")
+    for key, value in values.items():
+        if value is not None:
+            _policy[key] = value
     check_choices("cache", on_damaged=(_policy["on_damaged"], ON_DAMAGED))
     _policy["verify"] = bool(_policy["verify"])
     return dict(_policy)
@@ -128,7 +134,7 @@ def file_records(root: str | os.PathLike, names: Iterable[str]) -> dict[str, dic
     return {name: file_record(Path(root) / name) for name in names}
 
 
-def check_file(path: str | os.PathLike, record: Mapping[str, Any] | None) -> str | None:
+def check_file(path: str | os.PathLike, record: Record | None) -> str | None:
     """Why `path` does not match its manifest record, or None when it does (size first, so a
     truncated file costs no read). A record without a hash (an old manifest) checks the size."""
     path = Path(path)
@@ -152,7 +158,7 @@ def check_file(path: str | os.PathLike, record: Mapping[str, Any] | None) -> str
 
 
 def verify_files(
-    root: str | os.PathLike, records: Mapping[str, Mapping[str, Any] | None]
+    root: str | os.PathLike, records: Mapping[str, Record | None]
 ) -> list[tuple[Path, str]]:
     """`(file, problem)` for every file of `records` (name -> record) under `root` that does
     not match; empty when all match or verification is off (`cache.verify=false`)."""

@@ -82,6 +82,7 @@ def redact_config(obj: Any) -> Any:
     """A plain copy of a config tree (dicts, lists, OmegaConf nodes) with every value under a
     secret-looking key masked and every string passed through `redact_text`."""
     try:
+        # config-import: redacts whatever it is given, a W&B / Lightning config node included
         from omegaconf import OmegaConf
 
         if OmegaConf.is_config(obj):
@@ -149,6 +150,7 @@ def redact_file(path: str | os.PathLike) -> bool:
 
 
 try:
+    # config-import: `RedactSecrets` is a Hydra callback (it rewrites the job's .hydra files)
     from hydra.experimental.callback import Callback as _HydraCallback
 except ImportError:  # pragma: no cover - hydra is a dependency
     _HydraCallback = object  # type: ignore[assignment,misc]

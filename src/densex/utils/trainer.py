@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import pytorch_lightning as pl
-from omegaconf import DictConfig, OmegaConf
 from pytorch_lightning.callbacks.progress import ProgressBar
 
 from densex.utils.logging import get_logger
@@ -39,8 +38,9 @@ class CloseSpawnedProcessGroup(pl.Callback):
 def hydra_multirun() -> bool:
     """Whether this process runs one job of a Hydra multirun (`-m`)."""
     try:
+        # config-import: Hydra's runtime state (is this a multirun job?), not the config tree
         from hydra.core.hydra_config import HydraConfig
-        from hydra.types import RunMode
+        from hydra.types import RunMode  # config-import: as above
     except ImportError:  # pragma: no cover - hydra is a dependency
         return False
     return HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
@@ -93,31 +93,22 @@ def multirun_safe_strategy(strategy: Any, devices: Any = 1, num_nodes: Any = 1) 
 
 
 def trainer_kwargs(
-    trainer_cfg: Mapping[str, Any] | None,
+    trainer_args: dict[str, Any] | None,
     root_dir: str | Path | None = None,
     precision: str | int | None = None,
 ) -> dict[str, Any]:
-    """The keyword arguments (with `_target_` when the config has one) `predict_trainer` uses.
-
-    A Hydra node is read key by key, so an interpolation that is overridden here (the
-    `default_root_dir: ${paths.output_dir}` of `conf/trainer/default.yaml`) is never resolved.
-    """
-    if trainer_cfg is None:
+    """The keyword arguments (with `_target_` when the trainer group has one) `predict_trainer`
+    uses. `trainer_args` are the `trainer` group's plain values (the entry pipelines convert
+    the node once: `utils.config.plain_settings(cfg.trainer, optional=("default_root_dir",))`),
+    or None (one device, accelerator auto); `root_dir` and `precision` win over them."""
+    if trainer_args is None:
         cfg: dict[str, Any] = {"accelerator": "auto", "devices": 1}
     else:
         cfg = {"accelerator": "auto"}
         skip = {"default_root_dir"} if root_dir is not None else set()
         if precision is not None:
             skip.add("precision")
-        if isinstance(trainer_cfg, DictConfig):
-            for key in trainer_cfg:
-                if key not in skip:
-                    value = trainer_cfg[key]  # resolved here, with the whole config as root
-                    if OmegaConf.is_config(value):
-                        value = OmegaConf.to_container(value, resolve=True)
-                    cfg[str(key)] = value
-        else:
-            cfg.update({k: v for k, v in dict(trainer_cfg).items() if k not in skip})
+        cfg.update({k: v for k, v in trainer_args.items() if k not in skip})
     if root_dir is not None:
         cfg["default_root_dir"] = str(root_dir)
     if precision is not None:
@@ -134,15 +125,15 @@ def trainer_kwargs(
 
 
 def predict_trainer(
-    trainer_cfg: Mapping[str, Any] | None,
+    trainer_args: dict[str, Any] | None,
     root_dir: str | Path | None = None,
     callbacks: Sequence[Any] = (),
     precision: str | int | None = None,
 ) -> pl.Trainer:
-    """A predict-only `pl.Trainer` from a `conf/trainer` node (Hydra `_target_`), plain kwargs or
-    None (one device, accelerator auto). `precision` (e.g. a retriever's) overrides the config's;
+    """A predict-only `pl.Trainer` from the `trainer` group's plain values (its `_target_`
+    honoured, see `trainer_kwargs`) or None (one device, accelerator auto). `precision` (e.g. a retriever's) overrides the config's;
     either goes through `resolve_precision` (`auto` = bf16-mixed on a bf16 GPU, else 32-true)."""
-    cfg = trainer_kwargs(trainer_cfg, root_dir, precision)
+    cfg = trainer_kwargs(trainer_args, root_dir, precision)
     target = cfg.pop("_target_", None)
     cfg.pop("_convert_", None)
     cfg.pop("_recursive_", None)
@@ -153,6 +144,7 @@ def predict_trainer(
         callbacks = [c for c in callbacks if not isinstance(c, ProgressBar)] + [LogProgress()]
     if target is None or target == "pytorch_lightning.Trainer":
         return pl.Trainer(**cfg, callbacks=callbacks)
+    # config-import: the trainer group's `_target_` (a Trainer subclass) built as Hydra would
     import hydra.utils
 
     return hydra.utils.instantiate(

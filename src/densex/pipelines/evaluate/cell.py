@@ -22,6 +22,7 @@ from omegaconf import DictConfig
 from densex.corpus.readers import Skips
 from densex.corpus.units import unit_tables
 from densex.data.questions import load_dataset_questions
+from densex.pipelines.edge import dataset_spec
 from densex.pipelines.evaluate.fusion import (
     cell_searcher,
     cell_units_file,
@@ -90,7 +91,10 @@ def load_questions(cfg: DictConfig) -> tuple[list[dict], dict[str, Any]]:
     unmatchable: list = []  # regex answers that NFD breaks: kept (as DPR does), counted
     q_skips = Skips(cfg.dataset.on_error)  # on_error=skip: counted in the row
     questions = load_dataset_questions(
-        cfg.dataset, limit=int(limit) if limit else None, unmatchable=unmatchable, skips=q_skips
+        dataset_spec(cfg.dataset),
+        limit=int(limit) if limit else None,
+        unmatchable=unmatchable,
+        skips=q_skips,
     )
     if not questions:
         raise DataError(str(cfg.dataset.path), None, None, "no questions")

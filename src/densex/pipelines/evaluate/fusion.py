@@ -26,6 +26,7 @@ import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
 from densex.analysis.fusion import UnionSearcher, fuse_retrievals
+from densex.pipelines.edge import index_spec, retriever_spec, trainer_args
 from densex.pipelines.index.units import unit_file
 from densex.retrieval.build import load_or_build_searcher
 from densex.retrieval.search import fetch_units_for_words, retrieve_passages
@@ -130,7 +131,11 @@ def cell_searcher(cfg: DictConfig, unit_files: Any, units_path: Path) -> Any:
     members = _members_cfg(cfg)
     if not members:
         return load_or_build_searcher(
-            units_path, cfg.retriever, cfg.index, cache_dir, cfg.get("trainer")
+            units_path,
+            retriever_spec(cfg.retriever),
+            index_spec(cfg.index),
+            cache_dir,
+            trainer_args(cfg),
         )
     grans = unit_granularities(cfg)
     sizes: dict[str, int] = {}
@@ -141,7 +146,11 @@ def cell_searcher(cfg: DictConfig, unit_files: Any, units_path: Path) -> Any:
         key = (g, repr(rc))
         if key not in cache:
             cache[key] = load_or_build_searcher(
-                unit_files[g], rc, cfg.index, cache_dir, cfg.get("trainer")
+                unit_files[g],
+                retriever_spec(rc),
+                index_spec(cfg.index),
+                cache_dir,
+                trainer_args(cfg),
             )
         s = cache[key]
         sizes[g] = int(s.ntotal)

@@ -15,6 +15,7 @@ from omegaconf import DictConfig
 
 from densex.data.qrels import load_dataset_qrels
 from densex.metrics.rank import gold_columns, gold_metrics
+from densex.pipelines.edge import build_reader, dataset_spec
 from densex.pipelines.evaluate.cell import Cell
 from densex.qa.cell import qa_metrics
 
@@ -30,7 +31,7 @@ def cell_gold_metrics(cfg, passages, questions, results, topk, per_q) -> dict[st
     """MRR@10, nDCG@10, gold_recall@k (percent) against the dataset's `qrels` (when it has
     any); per-question gold rank / rr@10 / ndcg@10 go into `per_q`."""
 
-    qrels = load_dataset_qrels(cfg.dataset, list(passages.iter_rows(("id", "text"))))
+    qrels = load_dataset_qrels(dataset_spec(cfg.dataset), list(passages.iter_rows(("id", "text"))))
     if qrels is None:
         return {}
     ranked = [passages.take("id", r.passage_rows) for r in results]
@@ -56,7 +57,7 @@ def cell_qa_metrics(
     qa = qa_metrics(
         questions,
         ranked_unit_texts,
-        cfg.get("reader"),
+        build_reader(cfg.get("reader")),
         budget,
         max_words,
         out_dir,

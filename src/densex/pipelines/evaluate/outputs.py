@@ -18,6 +18,7 @@ from omegaconf import DictConfig, OmegaConf
 from rich.table import Table
 
 from densex.analysis.per_question import per_question_rows, write_per_question
+from densex.pipelines.edge import wandb_settings
 from densex.pipelines.evaluate.cell import CONFIG_KEYS
 from densex.qa.cell import CURVE_FILE, read_curve
 from densex.utils.io import atomic_open, write_jsonl
@@ -90,12 +91,12 @@ def _wandb_samples(dpr_rows, units, results) -> list[dict[str, Any]]:
 def log_wandb(cfg: DictConfig, row, dpr_rows, units, results, curve) -> None:
     """The cell's row, its first `log_samples` questions and its curves to W&B (when a W&B
     logger is configured; nothing otherwise)."""
-    from densex.report.wandb_log import init_run, log_cell, run_name  # wandb: only with a logger
+    from densex.report.wandb_log import init_run, log_cell  # wandb: only with a logger
 
     run = init_run(
-        cfg,
+        wandb_settings(cfg),
         save_dir=cfg.paths.output_dir,
-        name=run_name(row, cfg),
+        name=run_name(row),
         job_type="evaluate",
         config=OmegaConf.to_container(cfg, resolve=True),
     )
@@ -107,3 +108,23 @@ def log_wandb(cfg: DictConfig, row, dpr_rows, units, results, curve) -> None:
     answer_recall = read_curve(curve_path) if curve_path.exists() else None
     log_cell(run, row, samples, curve if curve is not None else (), answer_recall)
     run.finish()
+
+
+def run_name(row: dict[str, Any]) -> str:
+    """A run name unique within a sweep: retriever-granularity-dataset, then every other key
+    the job's command line sets (`budget=500`, `reader=tiny`, `corpus=...`) as `key=value`."""
+    parts = [str(row.get(k)) for k in ("retriever", "granularity", "dataset")]
+    shown = {"retriever", "granularity", "dataset"}
+    try:
+        from hydra.core.hydra_config import HydraConfig
+
+        overrides = list(HydraConfig.get().overrides.task) if HydraConfig.initialized() else []
+    except (ImportError, ValueError):
+        overrides = []
+    for ov in overrides:
+        key, _, value = ov.lstrip("+~").partition("=")
+        if key in shown or key.startswith(("hydra.", "paths.")) or not value:
+            continue
+        shown.add(key)
+        parts.append(f"{key}={value}")
+    return "-".join(parts)

@@ -37,6 +37,7 @@ from typing import Any
 from omegaconf import DictConfig
 
 from densex.data.questions import has_answer_strings
+from densex.pipelines.edge import cache_spec, dataset_spec
 from densex.pipelines.evaluate.cell import Cell, load_questions, open_cell, search_cell
 from densex.pipelines.evaluate.metrics import cell_gold_metrics, cell_qa_metrics, recall_at_each_k
 from densex.pipelines.evaluate.outputs import log_wandb, print_metrics, write_cell_files
@@ -58,7 +59,9 @@ def run(cfg: DictConfig) -> float:
     if str((cfg.get("task") or {}).get("name", "retrieval")) == "propositions":
         return run_propositions(cfg)
 
-    configure_cache(cfg.get("cache"))  # verification / shard-size policy for this process
+    configure_cache(
+        cache_spec(cfg.get("cache"))
+    )  # verification / shard-size policy for this process
     # a full disk ends in one line: the file, the planner's estimate and the space free
     with disk_full_reported(cfg.paths.cache_dir, lambda: planned_disk_bytes(cfg)):
         return _run_cell(cfg)
@@ -101,7 +104,7 @@ def cutoffs(cfg: DictConfig) -> list[int]:
 
 def has_answers(cfg: DictConfig, questions: list[dict]) -> bool:
     """`data.questions.has_answer_strings` for the cell's dataset, logged when it is False."""
-    if has_answer_strings(questions, cfg.dataset):
+    if has_answer_strings(questions, dataset_spec(cfg.dataset)):
         return True
     log.info("%s: no answer strings; gold-passage metrics only", cfg.dataset.get("name"))
     return False

@@ -18,6 +18,7 @@ from typing import Any
 from omegaconf import DictConfig
 
 from densex.corpus.units import print_unit_table, unit_stats
+from densex.pipelines.edge import cache_spec, index_spec, retriever_spec, trainer_args
 from densex.pipelines.index.units import build_corpus_units, generates_propositions, unit_file
 from densex.retrieval.spec import RetrieverSpec
 from densex.utils.distributed import global_rank
@@ -38,7 +39,7 @@ def print_unit_stats(files: Any, corpus: str) -> None:
 
 def run(cfg: DictConfig) -> None:
     """Run `cfg.stage` (and the stages it needs)."""
-    configure(cfg.get("cache"))  # verification / shard-size policy for this process
+    configure(cache_spec(cfg.get("cache")))  # verification / shard-size policy for this process
     stage = str(cfg.get("stage", "all"))
     if stage not in STAGES:
         raise ValueError(f"stage must be one of {STAGES}, got {stage!r}")
@@ -75,8 +76,9 @@ def _run_stages(cfg: DictConfig, stage: str) -> None:
     from densex.retrieval.build import load_or_build_searcher
 
     searcher = load_or_build_searcher(
-        units_path, cfg.retriever, cfg.index, cfg.paths.cache_dir, cfg.get("trainer")
-    )
+        units_path, retriever_spec(cfg.retriever), index_spec(cfg.index), cfg.paths.cache_dir,
+        trainer_args(cfg),
+    )  # fmt: skip
     if global_rank() != 0:  # ddp (not spawn): every rank encoded its share; rank 0 reports
         return None
     log.info(
@@ -100,9 +102,7 @@ def embed_units(cfg: DictConfig, units_path: Path) -> Path | None:
     shard_size = default_shard_size(units_path)
     emb_dir = embeddings_dir(units_path, spec, cfg.paths.cache_dir, shard_size)
     # reuses a verified complete dir, resumes a partial one, re-encodes damaged shards
-    store = encode_units_to_dir(
-        units_path, spec, emb_dir, cfg.get("trainer"), shard_size=shard_size
-    )
+    store = encode_units_to_dir(units_path, spec, emb_dir, trainer_args(cfg), shard_size=shard_size)
     if store.reused:
         log.info("embeddings cached at %s", emb_dir)
     return emb_dir

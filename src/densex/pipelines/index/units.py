@@ -14,6 +14,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from densex.corpus.units import build_units
 from densex.corpus.units_key import units_dir_for
+from densex.pipelines.edge import corpus_spec, propositionizer_settings, trainer_args
 from densex.propositionizer.output import manifest_path
 from densex.utils.cache import artifact_dir, content_key, hash_file
 from densex.utils.integrity import handle_damage, remove_orphans, verify_files
@@ -38,7 +39,7 @@ def propositions_key(cfg: DictConfig, passages_path: Path) -> str:
     if ptype == "model" and settings.get("model") not in (None, "???"):
         content["model"] = model_fingerprint(resolve_model(str(settings["model"])))
         # `auto` means bf16 on a GPU and fp32 on CPU: key by what generation really runs in
-        content["dtype"] = effective_dtype(str(settings.get("dtype", "auto")), cfg.get("trainer"))
+        content["dtype"] = effective_dtype(str(settings.get("dtype", "auto")), trainer_args(cfg))
     if ptype == "teacher" or settings.get("prompt"):
         prompt = settings.get("prompt")
         if not prompt:
@@ -78,7 +79,8 @@ def generated_propositions(cfg: DictConfig, passages_path: Path) -> Path:
 
     def generate() -> Path:
         # ddp: every rank generates its shards, rank 0 merges; all return after the merge
-        return generate_propositions(passages_path, cfg.propositionizer, path, cfg.get("trainer"))
+        opts = propositionizer_settings(cfg.propositionizer)
+        return generate_propositions(passages_path, opts, path, trainer_args(cfg))
 
     if str(cfg.propositionizer.get("type", "model")) == "model":
         return generate()  # its shards are claimed one by one and merged under the lock
@@ -101,11 +103,12 @@ def build_corpus_units(cfg: DictConfig, with_generated: bool) -> Any:
     """`build_units` for cfg.corpus; with a model propositionizer, on its propositions."""
 
     cache_dir = Path(cfg.paths.cache_dir)
-    files = build_units(cfg.corpus, units_dir_for(cfg.corpus, cache_dir))
+    corpus = corpus_spec(cfg.corpus)
+    files = build_units(corpus, units_dir_for(corpus, cache_dir))
     if with_generated:
         props = generated_propositions(cfg, Path(files.passages))
-        out_dir = units_dir_for(cfg.corpus, cache_dir, propositions_path=props)
-        files = build_units(cfg.corpus, out_dir, propositions_path=props)
+        out_dir = units_dir_for(corpus, cache_dir, propositions_path=props)
+        files = build_units(corpus, out_dir, propositions_path=props)
     return files
 
 

@@ -17,6 +17,7 @@ from typing import Any
 
 from densex.corpus.spec import GRANULARITIES
 from densex.corpus.units_key import units_dir_for
+from densex.pipelines.edge import corpus_spec
 from densex.pipelines.plan.sizes import FACTOID_WIKI, UNIT_OVERHEAD_BYTES
 from densex.utils.config import plain_data
 
@@ -56,7 +57,7 @@ def _from_units_cache(corpus: Mapping[str, Any], cache_dir: Path) -> dict[str, d
     """Counts and bytes per unit of this corpus's built units dir (`units_dir_for`: the same
     inputs and settings), when it exists."""
     try:
-        unit_dir = Path(units_dir_for(corpus, cache_dir))
+        unit_dir = Path(units_dir_for(corpus_spec(corpus), cache_dir))
     except Exception:  # noqa: BLE001 - no input to key by (e.g. a hub collection): not built
         return None
     for manifest in [unit_dir / "manifest.json"]:

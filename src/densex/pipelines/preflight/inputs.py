@@ -14,7 +14,8 @@ located message (`FILE:LINE: ...`) followed by the config key in parentheses, as
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -23,34 +24,45 @@ from omegaconf import DictConfig
 from densex.corpus.collection_rows import source_format
 from densex.corpus.readers import Skips
 from densex.corpus.sources import first_unit_rows, source_kind, source_rows, unit_sources
+from densex.corpus.spec import CorpusSpec
 from densex.corpus.units_key import wanted_granularities
 from densex.data.qrels import load_dataset_qrels
 from densex.data.questions import has_answer_strings, load_dataset_questions
+from densex.pipelines.edge import corpus_spec, dataset_spec
 from densex.pipelines.preflight.hub import PreflightError, first_line, hf_dataset_source
 from densex.propositionizer.pairs import load_hf_pairs, load_jsonl_pairs, load_squad_open_pairs
 from densex.utils.io import DataError
 
 
-def first_rows(rows: Iterable[Any], key: str, where: Any, n: int = 1) -> list[Any]:
-    """The first `n` items a stage reader yields; its `DataError` (or a ValueError / OSError
-    of a library below it) becomes a `PreflightError` with the reader's message then `key`;
-    a reader that yields nothing is one too."""
-    out: list[Any] = []
+@contextmanager
+def reader_errors(key: str, label: str) -> Iterator[None]:
+    """A stage reader's `DataError` as a `PreflightError`: the reader's located message, then
+    the config `key` in parentheses; a ValueError / OSError of a library below it as
+    `label: <its first line>`."""
     try:
+        yield
+    except DataError as e:
+        raise PreflightError(f"{e} ({key})") from None
+    except (ValueError, OSError) as e:
+        raise PreflightError(f"{label}: {first_line(e)}") from None
+
+
+def first_rows(rows: Iterable[Any], key: str, where: Any, n: int = 1) -> list[Any]:
+    """The first `n` items a stage reader yields; its errors become a `PreflightError`
+    (`reader_errors`: the reader's message then `key`); a reader that yields nothing is one
+    too."""
+    out: list[Any] = []
+    with reader_errors(key, f"{key}={where}"):
         for row in rows:
             out.append(row)
             if len(out) >= n:
                 break
-    except DataError as e:
-        raise PreflightError(f"{e} ({key})") from None
-    except (ValueError, OSError) as e:
-        raise PreflightError(f"{key}={where}: {first_line(e)}") from None
     if not out:
         raise PreflightError(f"{where}: no records ({key})")
     return out
 
 
-def _hub_only(source: Mapping[str, Any], key: str) -> bool:
+def _hub_only(source: dict[str, Any], key: str) -> bool:
     """A collection source that is a hub id (streamed by the stage: checked in the cache only)."""
     try:
         return source_format(source) == "hf_hub"
@@ -58,19 +70,20 @@ def _hub_only(source: Mapping[str, Any], key: str) -> bool:
         raise PreflightError(f"{e} ({key})") from None
 
 
-def _check_passages(corpus: DictConfig, skips: Skips) -> dict[str, str]:
+def _check_passages(corpus: CorpusSpec, skips: Skips) -> dict[str, str]:
     """The passages source (a collection, a BEIR or densex passages file, or the documents):
     its first rows through `source_rows`, the stage's dispatch."""
     kind = source_kind(corpus)
     if kind == "collection":
-        key, src = "corpus.sources.passage", str(corpus.sources.passage.get("path"))
-        if _hub_only(corpus.sources.passage, key):
+        passage = corpus.sources["passage"]
+        key, src = "corpus.sources.passage", str(passage.get("path"))
+        if _hub_only(passage, key):
             return {key: hf_dataset_source(src, f"{key}.path")}
     elif kind == "documents":
-        key, src = "corpus.documents", corpus.get("documents")
+        key, src = "corpus.documents", corpus.documents
         if not src:
             raise PreflightError(
-                f"corpus {corpus.get('name')!r}: set corpus.passages=FILE or corpus.documents=..."
+                f"corpus {corpus.name!r}: set corpus.passages=FILE or corpus.documents=..."
             )
         local = Path(os.path.expanduser(str(src))).exists()
         if str(corpus.documents_format) == "hf" and not local:
@@ -97,8 +110,8 @@ def _check_units(granularity: str, source: Any, skips: Skips) -> dict[str, str]:
 def check_corpus(cfg: DictConfig, entry: str) -> dict[str, str]:
     """The corpus inputs of index/evaluate (collections, passages or documents, propositions),
     each read on its first rows by the units stage's reader with the corpus's `on_error`."""
-    corpus = cfg.corpus
-    skips = Skips(str(corpus.get("on_error") or "raise"))
+    corpus = corpus_spec(cfg.corpus)
+    skips = Skips(str(corpus.on_error or "raise"))
     wanted = list(wanted_granularities(corpus))
     out = _check_passages(corpus, skips)
     from_file = str((cfg.get("propositionizer") or {}).get("type", "file")) == "file"
@@ -131,18 +144,13 @@ def check_dataset(dataset: DictConfig, limit: Any = None) -> int:
         raise PreflightError(
             f"dataset.path={path}: file not found (dataset={dataset.get('name')}, format {fmt})"
         )
-    try:
+    with reader_errors("dataset", f"dataset={dataset.get('name')}"):
+        spec = dataset_spec(dataset)
         questions = load_dataset_questions(
-            dataset,
-            limit=int(limit) if limit else None,
-            skips=Skips(str(dataset.get("on_error") or "raise")),
+            spec, limit=int(limit) if limit else None, skips=Skips(str(spec.on_error or "raise"))
         )
-        load_dataset_qrels(dataset, [])  # SQuAD qrels: the file is read, no passage matched
-        has_answer_strings(questions, dataset)  # answers or qrels: some metric is defined
-    except DataError as e:
-        raise PreflightError(f"{e} (dataset)") from None
-    except (OSError, ValueError) as e:
-        raise PreflightError(f"dataset={dataset.get('name')}: {first_line(e)}") from None
+        load_dataset_qrels(spec, [])  # SQuAD qrels: the file is read, no passage matched
+        has_answer_strings(questions, spec)  # answers or qrels: some metric is defined
     if not questions:
         raise PreflightError(f"dataset.path={path}: no questions")
     return len(questions)

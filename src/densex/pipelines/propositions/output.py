@@ -16,6 +16,7 @@ from rich.console import Console
 from rich.table import Table
 
 from densex.metrics.propositions import STOPWORDS_NAME
+from densex.pipelines.edge import wandb_settings
 from densex.report.propositions_files import log_report
 from densex.report.wandb_log import init_run
 
@@ -67,7 +68,7 @@ def print_table(table: Sequence[dict[str, Any]], title: str) -> None:
 def log_wandb(cfg: DictConfig, table, rows, label: str | None) -> None:
     """The report's table and per-passage rows to W&B (nothing without a W&B logger)."""
     run = init_run(
-        cfg,
+        wandb_settings(cfg),
         save_dir=cfg.paths.output_dir,
         name=f"propositions-{label or 'baselines'}",
         job_type="propositions",

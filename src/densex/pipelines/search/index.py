@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 from omegaconf import DictConfig
 
+from densex.pipelines.edge import cache_spec
 from densex.pipelines.evaluate.cell import Cell, load_questions, open_cell
 from densex.pipelines.evaluate.fusion import fused_retrieval, is_rrf
 from densex.pipelines.preflight.run import preflight
@@ -189,7 +190,7 @@ def open_configs(cfgs: Sequence[DictConfig]) -> IndexSet:
     """Preflight each composed config, then open (building what is missing) each cell."""
     if not cfgs:
         raise ValueError("no config to open")
-    configure_cache(cfgs[0].get("cache"))
+    configure_cache(cache_spec(cfgs[0].get("cache")))
     indexes = []
     for cfg in cfgs:
         preflight(cfg, "index")

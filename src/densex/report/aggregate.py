@@ -1,9 +1,10 @@
-"""A Hydra callback that turns a finished evaluate sweep into the paper's tables.
+"""A finished evaluate sweep turned into the paper's tables (`aggregate_sweep`).
 
 Each job of `python evaluate.py -m ...` writes one `results.jsonl` row in its own subdir of the
-sweep dir; at the end of the multirun this callback reads them all and writes, into the sweep
-dir: `table2.md`/`table2.csv` (recall by retriever x granularity x dataset), Table 3 (EM@l)
-when rows carry EM, and the answer-recall-vs-words plot. It works the same with any launcher
+sweep dir; at the end of the multirun (`pipelines.callbacks.AggregateResults`, a Hydra
+callback) `aggregate_sweep` reads them all and writes, into the sweep dir:
+`table2.md`/`table2.csv` (recall by retriever x granularity x dataset), Table 3 (EM@l) when
+rows carry EM, and the answer-recall-vs-words plot. It works the same with any launcher
 (basic, joblib, submitit) because it only reads files.
 """
 
@@ -13,9 +14,6 @@ import logging
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
-
-from hydra.experimental.callback import Callback
-from omegaconf import DictConfig
 
 from densex.report.table2 import (
     find_results,
@@ -32,11 +30,13 @@ log = logging.getLogger(__name__)
 
 
 def aggregate_sweep(
-    sweep_dir: str | Path, config: DictConfig | None = None, ks: Sequence[int] = (5, 20)
+    sweep_dir: str | Path, wandb: dict[str, Any] | None = None, ks: Sequence[int] = (5, 20)
 ) -> dict[str, Any]:
     """Write every table of a sweep dir; return what was written (paths, the table rows).
 
-    `ks` are Table 2's recall cut-offs (the paper's 5 and 20).
+    `ks` are Table 2's recall cut-offs (the paper's 5 and 20); `wandb` the `logger.wandb`
+    settings as plain values (`pipelines.edge.wandb_settings`): the tables are logged to a W&B
+    run too; None: no W&B.
     """
     sweep_dir = Path(sweep_dir)
     paths = find_results(sweep_dir)
@@ -69,8 +69,8 @@ def aggregate_sweep(
             curve_dirs, sweep_dir / "answer_recall_by_words.png", budgets=budgets
         )
 
-    if config is not None:
-        run = init_run(config, save_dir=sweep_dir, name="table2", job_type="aggregate")
+    if wandb is not None:
+        run = init_run(wandb, save_dir=sweep_dir, name="table2", job_type="aggregate")
         if run is not None:
             log_table(run, "table2", table)
             log_table(run, "table2_full", full)
@@ -83,14 +83,3 @@ def aggregate_sweep(
             run.finish()
     log.info("wrote %s (%d results rows)", sweep_dir / "table2.md", len(rows))
     return written
-
-
-class AggregateResults(Callback):
-    """`hydra.callbacks.aggregate: {_target_: densex.report.callback.AggregateResults, ks: [5, 20]}`."""
-
-    def __init__(self, ks: Sequence[int] = (5, 20)) -> None:
-        self.ks = tuple(int(k) for k in ks)
-
-    def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
-        # `now` is cached on the config, so this is the dir the launcher used
-        aggregate_sweep(Path(str(config.hydra.sweep.dir)), config, self.ks)
