@@ -11,9 +11,10 @@ stage's `cache.verify` check has then also matched its content hash when verific
 Otherwise (no manifest, a manifest from before `digests`, a changed or copied file, a units
 file made elsewhere, a fused cell's combined file) it reads the file once (SHA-256 and
 newlines in the same pass, memoised per process on path, size and mtime) and, for a file its
-manifest lists (`files`) at the same size, adds the record to that manifest, so an older
-cache pays this once. Either way the values are the same bytes' SHA-256
-(`utils.cache.hash_file`) and newline count: cache keys do not change.
+manifest lists (`files`) at the same size, adds the record to that manifest (atomically,
+under the directory's build lock when no build holds it), so an older cache pays this once.
+Either way the values are the same bytes' SHA-256 (`utils.cache.hash_file`) and newline
+count: cache keys do not change.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from densex.utils.io import DataError, read_json, write_manifest
+from densex.utils.locks import held_here, lock_file, release, try_claim
 from densex.utils.logging import get_logger
 
 log = get_logger(__name__)
@@ -112,15 +114,25 @@ def _listed(manifest: dict[str, Any], name: str, size: int) -> bool:
 
 
 def _add_record(path: Path, st: os.stat_result, digest: UnitsDigest) -> None:
-    """Add the digest of `path` to its (older) manifest, atomically; a read-only cache keeps
-    its manifest and is hashed again by the next process."""
-    manifest_path = path.parent / "manifest.json"
+    """Add the digest of `path` to its (older) manifest, atomically, under the units
+    directory's build lock when it is free (a running build writes its own manifest); a
+    read-only cache keeps its manifest and is hashed again by the next process."""
+    out, manifest_path = path.parent, path.parent / "manifest.json"
+    if str(lock_file(out)) in held_here():
+        return  # called inside this directory's own build
     try:
-        manifest = read_json(manifest_path)  # re-read: another process may have added one
-        digests = dict(manifest.get("digests") or {})
-        digests[path.name] = {"sha256": digest.sha256, "lines": digest.lines,
-                              "size": st.st_size, "mtime_ns": st.st_mtime_ns}  # fmt: skip
-        write_manifest(manifest_path, **{**manifest, "digests": digests})
+        if not try_claim(out, "units manifest"):
+            return
+        try:
+            manifest = read_json(manifest_path)  # re-read under the lock
+            if not _listed(manifest, path.name, st.st_size):
+                return
+            digests = dict(manifest.get("digests") or {})
+            digests[path.name] = {"sha256": digest.sha256, "lines": digest.lines,
+                                  "size": st.st_size, "mtime_ns": st.st_mtime_ns}  # fmt: skip
+            write_manifest(manifest_path, **{**manifest, "digests": digests})
+        finally:
+            release(out)
     except (OSError, DataError) as e:
         log.warning("%s: could not record the digest of %s (%s)", manifest_path, path.name, e)
         return
