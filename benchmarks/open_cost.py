@@ -39,6 +39,10 @@ def rss_mb() -> float:
     return float("nan")
 
 
+def _mb(directory: Path) -> float:
+    return sum(f.stat().st_size for f in directory.rglob("*") if f.is_file()) / 1e6
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--cache-dir", required=True)
@@ -69,7 +73,11 @@ def main() -> None:
     print(f"compose {composed:.2f} s; open ({', '.join(ix)}): {seconds:.2f} s, "
           f"read {read / 1e6:.1f} MB")  # fmt: skip
     for g, p in units.items():
-        print(f"  {g}: {len(ix[g]):,} units, units file {p.stat().st_size / 1e6:.1f} MB")
+        info = getattr(ix[g].cell.searcher, "info", {})
+        dirs = {k: Path(info[f"{k}_dir"]) for k in ("embeddings", "index") if f"{k}_dir" in info}
+        sizes = ", ".join(f"{k} {_mb(d):.1f} MB" for k, d in dirs.items())
+        print(f"  {g}: {len(ix[g]):,} units, units file {p.stat().st_size / 1e6:.1f} MB; {sizes}")
+    print(f"  units directory (all files, re-hashed when cache.verify): {_mb(p.parent):.1f} MB")
     print(f"RSS: {rss0:.0f} MB before, {rss_open:.0f} MB opened, {rss_search:.0f} MB after a "
           f"search at each granularity; {len(encoders)} query encoder object(s)")  # fmt: skip
     sys.stdout.flush()
