@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -311,3 +312,112 @@ def test_units_resume_by_shard_and_split_sentences_in_two_processes(
     for gran in ("passage", "sentence"):
         assert resumed[gran].read_bytes() == reference[gran].read_bytes()
     assert resumed.passages.read_bytes() == reference.passages.read_bytes()
+
+
+def _guard_reads(monkeypatch, paths) -> list[Path]:
+    """Make `open()` of any of `paths` raise (and `file_digest` too): what reads a units file."""
+    import builtins
+
+    from densex.corpus import units_digest as digest_mod
+
+    guarded = {Path(p).resolve() for p in paths}
+    real_open, tried = builtins.open, []
+
+    def guarded_open(file, *args, **kwargs):
+        if isinstance(file, (str, os.PathLike)) and Path(file).resolve() in guarded:
+            tried.append(Path(file))
+            raise AssertionError(f"read {file}")
+        return real_open(file, *args, **kwargs)
+
+    def no_digest(path, *args, **kwargs):
+        tried.append(Path(path))
+        raise AssertionError(f"hashed {path}")
+
+    monkeypatch.setattr(builtins, "open", guarded_open)
+    monkeypatch.setattr(digest_mod, "file_digest", no_digest)
+    monkeypatch.setattr(digest_mod, "_memo", {})  # a fresh process: nothing remembered
+    return tried
+
+
+def test_embedding_keys_come_from_the_manifest_equal_to_hashing(built, monkeypatch) -> None:
+    """The units manifest records each units file's SHA-256 and line count; the embeddings
+    directory (key and shard size) found from it, reading no byte of the units file, is the
+    one hashing and counting the file gives."""
+    from densex.corpus.units_digest import units_digest
+    from densex.retrieval.build import (
+        count_lines,
+        default_shard_size,
+        embeddings_dir,
+        shard_size_for,
+    )
+    from densex.retrieval.spec import RetrieverSpec
+    from densex.utils.cache import artifact_dir, content_key, hash_file
+    from densex.utils.integrity import policy
+
+    _, files = built
+    digests = json.loads(files.manifest.read_text())["digests"]
+    spec = RetrieverSpec.from_cfg(group_config("retriever", "minilm"))
+    expected = {}
+    for g, path in files.units.items():
+        sha, lines = hash_file(path), count_lines(path)
+        assert digests[path.name]["sha256"] == sha and digests[path.name]["lines"] == lines
+        assert lines == files.counts[g] and digests[path.name]["size"] == path.stat().st_size
+        shard = shard_size_for(lines, policy())
+        key = content_key(units=sha, retriever=spec.cache_fields("doc"), shard_size=shard)
+        expected[g] = (sha, lines, shard, artifact_dir("C", "embeddings", spec.name, key=key))
+    tried = _guard_reads(monkeypatch, files.units.values())
+    for g, path in files.units.items():
+        sha, lines, shard, emb_dir = expected[g]
+        assert (units_digest(path).sha256, units_digest(path).lines) == (sha, lines)
+        assert default_shard_size(path) == shard
+        assert embeddings_dir(path, spec, "C") == emb_dir
+    assert tried == []
+
+
+def test_a_manifest_without_digests_is_hashed_once_and_recorded(
+    built, tmp_path, monkeypatch
+) -> None:
+    """A units directory from before `digests` (or a changed file) falls back to reading the
+    file, with the same values; the digest is then recorded, so the next process reads
+    nothing; a file the manifest does not list is hashed and never recorded."""
+    import shutil
+
+    from densex.corpus import units_digest as digest_mod
+    from densex.retrieval.build import count_lines
+    from densex.utils.cache import hash_file
+
+    _, files = built
+    old = tmp_path / "old"
+    old.mkdir()
+    path = Path(shutil.copy2(files["proposition"], old / "proposition.jsonl"))  # mtime kept
+    manifest = json.loads(files.manifest.read_text())
+    recorded = manifest.pop("digests")["proposition.jsonl"]
+    (old / "manifest.json").write_text(json.dumps(manifest))
+    reads: list[Path] = []
+    real = digest_mod.file_digest
+
+    def counting(p, *a, **k):
+        reads.append(Path(p))
+        return real(p, *a, **k)
+
+    monkeypatch.setattr(digest_mod, "file_digest", counting)
+    monkeypatch.setattr(digest_mod, "_memo", {})
+    first = digest_mod.units_digest(path)
+    assert (first.sha256, first.lines) == (recorded["sha256"], recorded["lines"])
+    assert reads == [path.resolve()]
+    assert json.loads((old / "manifest.json").read_text())["digests"] == {path.name: recorded}
+    monkeypatch.setattr(digest_mod, "_memo", {})  # the next process
+    assert digest_mod.units_digest(path) == first and len(reads) == 1
+    # the same size, other bytes, a later mtime: hashed again, the new content's values
+    data = path.read_bytes()
+    path.write_bytes(data.replace(b"a", b"b", 1))
+    os.utime(path, ns=(path.stat().st_atime_ns, path.stat().st_mtime_ns + 10**9))
+    changed = digest_mod.units_digest(path)
+    assert changed.sha256 == hash_file(path) != first.sha256 and len(reads) == 2
+    # a file the manifest does not list (a fused cell's combined file): never recorded
+    combined = Path(shutil.copy2(path, old / "passage+proposition.jsonl"))
+    assert digest_mod.units_digest(combined).lines == count_lines(combined)
+    assert (
+        "passage+proposition.jsonl"
+        not in json.loads((old / "manifest.json").read_text())["digests"]
+    )

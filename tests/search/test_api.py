@@ -129,3 +129,45 @@ def test_opening_reads_no_unit_text_and_a_search_only_its_hits(demo_sweep, monke
     assert sorted(c for c, _ in reads) == ["id", "id", "text", "text", "title"]
     assert all(n <= 4 for _, n in reads)  # 2 passages, at most 2 units each
     assert len(hits) == 2
+
+
+@pytest.mark.parametrize("verify", ["true", "false"])
+def test_opening_reads_no_units_file_and_shares_one_query_encoder(demo_sweep, monkeypatch, verify):
+    """Opening the three cached demo granularities in a fresh process finds each cell's
+    embeddings by the SHA-256 and line count the units manifest recorded: the units files are
+    never hashed or counted, and with `cache.verify=false` (no re-hash of the artifacts)
+    never opened at all, not even by the searches. The three cells share one query encoder."""
+    import builtins
+    from pathlib import Path
+
+    import densex
+    from densex.corpus import units_digest as digest_mod
+    from densex.retrieval.build import DenseSearcher
+
+    _, cache = demo_sweep
+    units_files = {p.resolve() for p in Path(cache, "units").rglob("*.jsonl")}
+    assert len(units_files) >= 4  # passages + three granularities
+    tried: list[str] = []
+    real_open = builtins.open
+
+    def guarded_open(file, *args, **kwargs):
+        if isinstance(file, (str, Path)) and Path(file).resolve() in units_files:
+            tried.append(str(file))
+        return real_open(file, *args, **kwargs)
+
+    def no_digest(path, *args, **kwargs):
+        raise AssertionError(f"hashed {path}")
+
+    monkeypatch.setattr(digest_mod, "_memo", {})  # what a fresh process remembers
+    monkeypatch.setattr(digest_mod, "file_digest", no_digest)
+    if verify == "false":
+        monkeypatch.setattr(builtins, "open", guarded_open)
+    ix = densex.open_index("corpus=demo", "dataset=demo", "retriever=minilm", "trainer=cpu",
+                           f"paths.cache_dir={cache}", f"cache.verify={verify}",
+                           "granularity=" + ",".join(GRANULARITIES))  # fmt: skip
+    results = ix.compare(["Who owned the last ropewalk?"], 2)
+    assert tried == [] and all(len(r[0]) == 2 for r in results.values())
+    searchers = [ix[g].cell.searcher for g in GRANULARITIES]
+    assert all(isinstance(s, DenseSearcher) for s in searchers)
+    assert len({id(s.retriever) for s in searchers}) == 1
+    assert len({s.index.ntotal for s in searchers}) == 3  # three indexes, one encoder

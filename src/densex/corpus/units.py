@@ -3,7 +3,8 @@
 `build_units` turns a corpus config into `passages.jsonl` plus one unit file per granularity
 (`passage.jsonl`, `sentence.jsonl`, `proposition.jsonl`), their columnar copies
 (`arrow/<table>/NNNNN.arrow`, memory-mapped by every later stage: `corpus.columnar`) and a
-`manifest.json` (counts, average words, input hashes, config, skipped records). The source is
+`manifest.json` (counts, average words, input hashes, config, skipped records, and each units
+file's SHA-256 and line count: `corpus.units_digest`). The source is
 streamed in shards of `corpus.shard_rows` passages (or documents): each shard's passages and
 sentences are written when complete, so a killed build resumes at the first missing shard, and
 sentence splitting runs in `corpus.segmentation.n_process` processes (spaCy `nlp.pipe`). The manifest is written last and carries a key
@@ -34,6 +35,7 @@ from densex.corpus.segment import sentencizer_id
 from densex.corpus.spec import CorpusSpec
 from densex.corpus.unit_export import export_passages_jsonl, export_units_jsonl
 from densex.corpus.unit_shards import build_unit_tables
+from densex.corpus.units_digest import digest_records
 from densex.corpus.units_key import (
     GRANULARITIES,
     UNITS_FORMAT_VERSION,
@@ -185,6 +187,8 @@ def _build(
     manifest = {
         "key": key,
         "files": file_records(out, _artifact_names(out, grans)),  # verified before reuse
+        # what embeddings are keyed by, so opening an index does not re-read the units files
+        "digests": digest_records(out, [f"{g}.jsonl" for g in grans]),
         "corpus": corpus.name,
         "format_version": UNITS_FORMAT_VERSION,
         "units": units,

@@ -1,22 +1,25 @@
 """Units file + retriever + index settings -> a cached `UnitSearcher`.
 
-Embeddings are keyed by (units file hash, the retriever fields that change document vectors,
+Embeddings are keyed by (units file SHA-256, the retriever fields that change document vectors,
 `precision` among them), indexes by (embeddings key, index build settings; search parameters
 such as nprobe/efSearch are applied at load time), so the jobs of a sweep that share a corpus,
 granularity and retriever share one encoding and one index, and a changed input never reuses a
-stale artifact. A second call loads both and encodes nothing.
+stale artifact. A second call loads both and encodes nothing. The units file's SHA-256 and line
+count come from its units manifest (`corpus.units_digest`), so a second process reads none of
+its bytes to find its embeddings.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import shutil
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from densex.corpus.units_digest import units_digest
 from densex.retrieval.bm25 import BM25Searcher, bm25_settings
 from densex.retrieval.embedding_store import EmbeddingStore, open_embeddings
 from densex.retrieval.encode import encode_units_to_dir
@@ -25,7 +28,7 @@ from densex.retrieval.faiss_index import build_index_to_dir
 from densex.retrieval.search import UnitSearcher
 from densex.retrieval.sharded_index import ShardedIndex
 from densex.retrieval.spec import BM25Spec, IndexSpec, RetrieverSpec
-from densex.utils.cache import artifact_dir, content_key, hash_file
+from densex.utils.cache import artifact_dir, content_key
 from densex.utils.distributed import global_rank
 from densex.utils.integrity import (
     CacheSpec,
@@ -71,9 +74,10 @@ def count_lines(path: str | Path, chunk: int = 16 << 20) -> int:
 
 
 def default_shard_size(units_path: str | Path) -> int:
-    """`shard_size_for` the units file, with the `cache` settings of this process."""
+    """`shard_size_for` the units file's lines (`count_lines`; recorded by the units stage:
+    `corpus.units_digest`), with the `cache` settings of this process."""
 
-    return shard_size_for(count_lines(units_path), policy())
+    return shard_size_for(units_digest(units_path).lines, policy())
 
 
 class EncodedUnits:
@@ -110,6 +114,26 @@ class DenseSearcher:
         return self.index.search(self.retriever.encode_queries(list(queries)), n)
 
 
+def share_query_encoders(searchers: Iterable[Any]) -> int:
+    """Give the dense searchers among `searchers` that have the same retriever spec one
+    `DenseRetriever`, so its query encoder loads once (on the first search) for all of them,
+    nested searchers included (a union's `searchers`, a fusion's `members`). Returns the
+    number of distinct retrievers left."""
+    shared: dict[str, DenseRetriever] = {}
+
+    def walk(items: Iterable[Any]) -> None:
+        for s in items:
+            if isinstance(s, DenseSearcher):
+                s.retriever = shared.setdefault(repr(s.retriever.spec), s.retriever)
+            elif hasattr(s, "searchers"):
+                walk(s.searchers)
+            elif hasattr(s, "members"):
+                walk(m.searcher for m in s.members)
+
+    walk(searchers)
+    return len(shared)
+
+
 def embeddings_dir(
     units_path: str | Path,
     spec: RetrieverSpec,
@@ -119,7 +143,9 @@ def embeddings_dir(
     """`<cache>/embeddings/<retriever>/<key>`; `shard_size` None = `default_shard_size`."""
     shard_size = shard_size or default_shard_size(units_path)
     key = content_key(
-        units=hash_file(units_path), retriever=spec.cache_fields("doc"), shard_size=shard_size
+        units=units_digest(units_path).sha256,
+        retriever=spec.cache_fields("doc"),
+        shard_size=shard_size,
     )
     return artifact_dir(cache_dir, "embeddings", spec.name, key=key)
 
@@ -213,7 +239,7 @@ def _load_or_build_index(
         (idx_dir / "manifest.json").unlink(missing_ok=True)  # a stale index is not complete
         return build_index_to_dir(
             store, ispec, idx_dir, embeddings_dir=str(emb_dir), embeddings_manifest=source,
-            units_sha256=hash_file(units_path),
+            units_sha256=units_digest(units_path).sha256,
         )  # fmt: skip
 
     index = build_once(idx_dir, "index", reuse, build)
@@ -222,7 +248,7 @@ def _load_or_build_index(
 
 def _load_or_build_bm25(units_path: Path, spec: BM25Spec, cache_dir: str | Path) -> BM25Searcher:
     settings = bm25_settings(spec)
-    key = content_key(units=hash_file(units_path), bm25=settings)
+    key = content_key(units=units_digest(units_path).sha256, bm25=settings)
     out = artifact_dir(cache_dir, "bm25", settings["name"], key=key)
     remove_orphans(out.parent)  # build dirs of a killed earlier build (`.<key>.<host>-<pid>...`)
     built: list[bool] = []
@@ -239,7 +265,7 @@ def _load_or_build_bm25(units_path: Path, spec: BM25Spec, cache_dir: str | Path)
 
     def build() -> BM25Searcher:
         built.append(True)
-        BM25Searcher.build(units_path, spec).save(out, units_sha256=hash_file(units_path))
+        BM25Searcher.build(units_path, spec).save(out, units_sha256=units_digest(units_path).sha256)
         return BM25Searcher.load(out)
 
     searcher = build_once(out, "bm25 index", reuse, build)  # once across processes

@@ -25,6 +25,7 @@ import numpy as np
 import pytorch_lightning as pl
 
 from densex.corpus.units import unit_tables
+from densex.corpus.units_digest import units_digest
 from densex.retrieval.embedding_store import EmbeddingStore, open_embeddings
 from densex.retrieval.encode_data import ShardTexts, UnitsDataModule, shard_claim, shard_written
 from densex.retrieval.encode_lightning import (
@@ -34,7 +35,6 @@ from densex.retrieval.encode_lightning import (
 )
 from densex.retrieval.encoders import load_encoder
 from densex.retrieval.spec import RetrieverSpec
-from densex.utils.cache import hash_file
 from densex.utils.integrity import file_record, remove_orphans
 from densex.utils.io import DataError, read_json, write_json, write_manifest
 from densex.utils.locks import clear_claims, locked, share_pending
@@ -105,7 +105,7 @@ def encode_units_to_dir(
     if not units_path.exists():
         raise DataError(units_path, None, None, "file not found")
     job = {
-        "units_sha256": hash_file(units_path),
+        "units_sha256": units_digest(units_path).sha256,
         "retriever": spec.cache_fields("doc"),
         "shard_size": shard_size,
         "dtype": dtype or spec.dtype,

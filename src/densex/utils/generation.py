@@ -3,7 +3,7 @@ reader share (sorting by length keeps padding, and so wasted compute, small)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -49,7 +49,7 @@ def generate_sorted(
     on_batch: Callable[[int], None] | None = None,
     device: Any = None,
     decode: Callable[[torch.Tensor, Sequence[str]], list[str]] | None = None,
-    generate_kwargs: Mapping[str, Any] | None = None,
+    generate_kwargs: dict[str, Any] | None = None,
 ) -> tuple[list[str], list[bool]]:
     """Decode every source (greedy, or beam search with `num_beams` > 1), longest first in
     batches of `batch_size`, inputs truncated at `tokenizer.model_max_length`.

@@ -28,7 +28,7 @@ from omegaconf import DictConfig, OmegaConf
 from densex.analysis.fusion import UnionSearcher, fuse_retrievals
 from densex.pipelines.edge import index_spec, retriever_spec, trainer_args
 from densex.pipelines.index.units import unit_file
-from densex.retrieval.build import load_or_build_searcher
+from densex.retrieval.build import load_or_build_searcher, share_query_encoders
 from densex.retrieval.search import fetch_units_for_words, retrieve_passages
 from densex.utils.distributed import global_rank
 from densex.utils.io import DataError, atomic_open
@@ -155,6 +155,7 @@ def cell_searcher(cfg: DictConfig, unit_files: Any, units_path: Path) -> Any:
         s = cache[key]
         sizes[g] = int(s.ntotal)
         built.append(Member(g, rc, s))
+    share_query_encoders(m.searcher for m in built)  # the members' retriever: one model
     offsets = np.cumsum([0] + [sizes[g] for g in grans])
     for m in built:
         m.offset = int(offsets[grans.index(m.granularity)])

@@ -10,7 +10,9 @@ runs: same passages, same scores) as `Hit`s, each with the passage's best-scorin
 units (`Unit`: id, text, score, character span in the passage). Opening maps the units and
 passages tables (12 bytes per unit are read: `passage_row`, `words`); text is read only for
 the passages and units a search returns. A query that is one of the dataset's questions gets
-its answers from `IndexSet.answers` (the dataset is read on first use).
+its answers from `IndexSet.answers` (the dataset is read on first use). Granularities opened
+with the same retriever share one query encoder (`retrieval.build.share_query_encoders`); no
+units file is read to find its embeddings (`corpus.units_digest`).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from densex.pipelines.evaluate.fusion import fused_retrieval, is_rrf
 from densex.pipelines.preflight.run import preflight
 from densex.pipelines.search.compose import compose_configs
 from densex.pipelines.search.spans import unit_span
+from densex.retrieval.build import share_query_encoders
 from densex.retrieval.search import retrieve_passages
 from densex.utils.integrity import configure as configure_cache
 from densex.utils.io import DataError
@@ -199,6 +202,7 @@ def open_configs(cfgs: Sequence[DictConfig]) -> IndexSet:
         log.info("opened %s/%s: %d units, %d passages (%.1f s)", cfg.retriever.name,
                  cfg.granularity.name, len(cell.units), len(cell.passages), sum(times.values()))  # fmt: skip
         indexes.append(GranularityIndex(cfg, cell))
+    share_query_encoders(i.cell.searcher for i in indexes)  # one model per retriever
     return IndexSet(indexes)
 
 
