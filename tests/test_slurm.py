@@ -84,8 +84,14 @@ def _files(emb_dir: Path) -> dict[str, bytes]:
     return {p.name: p.read_bytes() for p in sorted(emb_dir.glob("*-*.*")) if p.suffix != ".tmp"}
 
 
-def _emb_dir(cache: Path) -> Path:
-    (found,) = (cache / "embeddings" / "minilm").iterdir()
+def _emb_dir(cache: Path, count: int = 472) -> Path:
+    """The complete embeddings dir of the demo's `count` (472) propositions in a cache: the build
+    locks beside it (`.<key>.lock`) and the sweep's passage and sentence dirs are skipped."""
+    (found,) = (
+        d for d in (cache / "embeddings" / "minilm").iterdir()
+        if d.is_dir() and (d / "manifest.json").exists()
+        and read_json(d / "manifest.json")["count"] == count
+    )  # fmt: skip
     return found
 
 
@@ -246,7 +252,8 @@ def test_failed_cell_names_job_overrides_log_and_the_tables_name_it(caches, swee
     assert "passages-bad.jsonl" in log.read_text()  # the cell's traceback is in its log
     table = (sweep / "table2.md").read_text()
     assert "**Missing: 1 cell(s) failed**" in table and f"SLURM job {job}" in table
-    assert (sweep / "0" / "results.jsonl").exists() and "| passage |" in table
+    assert (sweep / "0" / "results.jsonl").exists() and "| minilm | Passage |" in table
+    assert failed["error"] in table  # the located error under the table, too
     print(table.split("\n\n")[2:4], text[text.index(line) :][:400])
 
 
