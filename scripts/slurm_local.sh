@@ -150,6 +150,16 @@ wait_for() {  # wait_for SECONDS DESCRIPTION COMMAND...
   die "timed out after ${seconds}s waiting for $what (logs: $DIR/log)"
 }
 
+close_inherited_fds() {
+  # the daemons outlive this script: they must not keep the caller's descriptors open (a lock
+  # that `flock FILE scripts/slurm_local.sh up` holds would stay held until `down`; a CI log
+  # pipe would never reach EOF). 255 is the one bash reads this script from.
+  local fd
+  for fd in $(ls /proc/$$/fd); do
+    case $fd in 0 | 1 | 2 | 255) ;; *) eval "exec $fd>&-" 2>/dev/null || true ;; esac
+  done
+}
+
 nodes_idle() {
   [ "$(sinfo -h -N -o '%N %t' | awk '$2 == "idle"' | wc -l)" -eq ${#NODES[@]} ]
 }
@@ -161,6 +171,7 @@ up() {
     log "already up ($SLURM_CONF)"; wait_for 60 "idle nodes" nodes_idle; return 0
   fi
   install_packages
+  close_inherited_fds
   mkdir -p "$DIR"/{state,run,log} "${NODES[@]/#/$DIR/spool/}"
   add_hosts
   start_munge

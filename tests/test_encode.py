@@ -102,6 +102,38 @@ def test_crash_then_resume_equals_uninterrupted(
     np.testing.assert_allclose(store.embeddings, reference.embeddings, atol=1e-6)
 
 
+def test_batches_stay_in_their_shard_so_a_resume_writes_the_same_bytes(
+    units_file, minilm_path, tmp_path, monkeypatch
+) -> None:
+    """Batches of 5 over shards of 8 are cut within each shard: a run resumed after one shard
+    (other pending shards, as on another rank) writes the uninterrupted run's bytes. Batches
+    spanning shards would pad a unit to another shard's lengths and move its vector's last bits
+    (what made 2 SLURM ranks differ from 1 process)."""
+    spec = {"name": "minilm", "query_model": minilm_path, "pooling": "mean", "similarity": "cos",
+            "max_length": 128, "batch_size": 5, "device": "cpu"}  # fmt: skip
+    whole = encode_units_to_dir(units_file, spec, tmp_path / "whole", CPU, shard_size=8)
+    original = EmbeddingShardWriter._write_shard
+
+    def crash_after_one(self, shard, emb):
+        if self.shards_written == 1:
+            raise RuntimeError("simulated crash")
+        original(self, shard, emb)
+
+    monkeypatch.setattr(EmbeddingShardWriter, "_write_shard", crash_after_one)
+    with pytest.raises(RuntimeError, match="simulated crash"):
+        encode_units_to_dir(units_file, spec, tmp_path / "resumed", CPU, shard_size=8)
+    monkeypatch.setattr(EmbeddingShardWriter, "_write_shard", original)
+    resumed = encode_units_to_dir(units_file, spec, tmp_path / "resumed", CPU, shard_size=8)
+    assert resumed.manifest["resumed_shards"] == 1
+    files = sorted(p.name for p in (tmp_path / "whole").glob("emb-*.npy"))
+    assert len(files) == 5
+    for name in files:
+        assert (tmp_path / "resumed" / name).read_bytes() == (
+            tmp_path / "whole" / name
+        ).read_bytes(), name
+    assert resumed.ids == whole.ids
+
+
 def test_damaged_shard_is_reencoded(reference, units_file, tiny_bert, tmp_path) -> None:
     out = tmp_path / "emb"
     encode_units_to_dir(units_file, tiny_bert, out, CPU, shard_size=8)

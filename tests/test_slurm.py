@@ -84,8 +84,14 @@ def _files(emb_dir: Path) -> dict[str, bytes]:
     return {p.name: p.read_bytes() for p in sorted(emb_dir.glob("*-*.*")) if p.suffix != ".tmp"}
 
 
-def _emb_dir(cache: Path) -> Path:
-    (found,) = (cache / "embeddings" / "minilm").iterdir()
+def _emb_dir(cache: Path, count: int = 472) -> Path:
+    """The complete embeddings dir of the demo's `count` (472) propositions in a cache: the build
+    locks beside it (`.<key>.lock`) and the sweep's passage and sentence dirs are skipped."""
+    (found,) = (
+        d for d in (cache / "embeddings" / "minilm").iterdir()
+        if d.is_dir() and (d / "manifest.json").exists()
+        and read_json(d / "manifest.json")["count"] == count
+    )  # fmt: skip
     return found
 
 
@@ -144,9 +150,17 @@ def test_slurm_ddp_encoding_equals_one_process(caches, ddp_embed) -> None:
     print(f"slurm_ddp encoding: {ddp_embed['seconds']:.0f} s\n{acct}")
     step = next(line.split() for line in acct.splitlines() if line.startswith(f"{job}.0 "))
     assert step[2:5] == ["2", "2", "n[1-2]"], acct  # NNodes, NTasks, NodeList
+    threads = {}
     for task in (0, 1):
         out = (sweep / ".submitit" / job / f"{job}_{task}_log.out").read_text()
         assert f"GLOBAL_RANK: {task}, MEMBER: {task + 1}/2" in out
+        threads[f"rank {task}"] = re.findall(r"; (\d+) torch threads\)", out)
+    threads["1 process"] = re.findall(
+        r"; (\d+) torch threads\)", (caches["root"] / "embed-local.log").read_text()
+    )
+    print(f"torch threads: {threads}")
+    # bitwise equality needs the same kernels: one thread count everywhere (OMP_NUM_THREADS=1)
+    assert all(threads.values()) and len({t for ts in threads.values() for t in ts}) == 1, threads
     two, one = _emb_dir(caches["slurm"]), _emb_dir(caches["local"])
     assert two.name == one.name  # the same content key
     files = _files(two)
@@ -232,11 +246,14 @@ def test_failed_cell_names_job_overrides_log_and_the_tables_name_it(caches, swee
     assert re.fullmatch(r"\d+_1", job) and log == sweep / ".submitit" / job / f"{job}_0_log.err"
     line = f"cell #1 failed in SLURM job {job}: "
     assert line in text and f"corpus.passages={bad}" in text and f"log: {log}" in text
-    assert f"{bad}:30: " in failed["error"]
+    # the entry's located line from the job's log, not submitit's "exited with code 2"
+    assert failed["error"].startswith("error (") and f"{bad}:30: " in failed["error"]
+    assert f"; {failed['error']}" in text
     assert "passages-bad.jsonl" in log.read_text()  # the cell's traceback is in its log
     table = (sweep / "table2.md").read_text()
     assert "**Missing: 1 cell(s) failed**" in table and f"SLURM job {job}" in table
-    assert (sweep / "0" / "results.jsonl").exists() and "| passage |" in table
+    assert (sweep / "0" / "results.jsonl").exists() and "| minilm | Passage |" in table
+    assert failed["error"] in table  # the located error under the table, too
     print(table.split("\n\n")[2:4], text[text.index(line) :][:400])
 
 
@@ -269,7 +286,7 @@ def test_preempted_encoding_is_requeued_and_resumes(caches, ddp_embed) -> None:
         deadline, before = time.monotonic() + 600, {}
         while not before and time.monotonic() < deadline and proc.poll() is None:
             time.sleep(0.2)
-            found = list((cache / "embeddings").glob("minilm/*"))
+            found = [d for d in (cache / "embeddings").glob("minilm/*") if d.is_dir()]  # no lock
             before = _complete_shards(found[0]) if found else {}
         assert before, "no shard was written"
         (job,) = _job_ids(sweep)

@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 import pytorch_lightning as pl
+import torch
 
 from densex.corpus.units import unit_tables
 from densex.corpus.units_digest import units_digest
@@ -206,8 +207,8 @@ def _encode_pending(
     among its shards r, r+world, ...); (the trainer, rows it encoded), after every rank's
     shards are on disk (under ddp_spawn the workers' rows are counted as the pending rows)."""
     log.info(
-        "encoding %d units in %d shards with %s (%d shards already done)",
-        sum(e - s for s, e in pending), len(pending), spec.name, n_done,
+        "encoding %d units in %d shards with %s (%d shards already done; %d torch threads)",
+        sum(e - s for s, e in pending), len(pending), spec.name, n_done, torch.get_num_threads(),
     )  # fmt: skip
     encoder = load_encoder(spec, "doc")
     texts = ShardTexts(units_path, spec, encoder, out)

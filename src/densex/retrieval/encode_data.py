@@ -4,9 +4,12 @@
 in a process, so ddp_spawn pickles no table), formats them for the encoder, orders them longest
 first and records the ones the tokenizer truncates (`trunc-<stem>.json`). `UnitsDataModule`
 gives rank r the pending shards r, r + world, ... (whole shards, so each is written once), as
-`(row, text)` items tokenised in the loader, each shard claimed first (`ClaimedUnits`), so
-other processes encoding the same directory take the other shards. Memory: one shard's texts, whatever the corpus
-size.
+batches of `(row, text)` items tokenised in the loader, each shard claimed first
+(`ClaimedUnits`), so other processes encoding the same directory take the other shards.
+A batch never spans two shards: a unit's vector depends on its batch (its padded length, the
+matmul shapes), so batches cut from the shard alone make every shard's bytes the same whatever
+the world size or which shards were already done (2 ranks or a resume equal 1 process byte for
+byte). Memory: one shard's texts, whatever the corpus size.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ from densex.retrieval.encoders import RetrieverSpec, TextEncoder, format_unit_te
 from densex.utils.io import write_json
 from densex.utils.locks import claim_each
 from densex.utils.logging import get_logger
-from densex.utils.shards import rank_share, shard_stem
+from densex.utils.shards import batched, rank_share, shard_stem
 
 log = get_logger("densex.retrieval.encode")  # the encoding's log lines keep one name
 
@@ -100,7 +103,10 @@ def shard_written(out: Path, shard: tuple[int, int]) -> bool:
 
 
 class ClaimedUnits(IterableDataset):
-    """(row, text) of the shards this process claims, shard after shard, each longest first.
+    """Batches of (row, text) of the shards this process claims, shard after shard, each
+    longest first, cut from one shard at a time (`batch_size` rows, a shard's last batch
+    shorter): a batch never mixes two shards, so a shard's vectors do not depend on which
+    shards this process encodes (module docstring).
 
     A shard already written or claimed by another process is skipped (`utils.locks.claim_each`:
     two processes on one pending directory share its shards); a claimed one stays locked until
@@ -111,14 +117,18 @@ class ClaimedUnits(IterableDataset):
         self,
         shards: Sequence[tuple[int, int]],
         texts: ShardTexts,
+        batch_size: int,
         probe: Sequence[tuple[int, int]] = (),
     ) -> None:
+        if batch_size < 1:
+            raise ValueError(f"batch size must be >= 1, got {batch_size}")
         self.shards, self.texts, self.probe = list(shards), texts, list(probe)
+        self.batch_size = batch_size
 
-    def __len__(self) -> int:  # an upper bound: shards claimed elsewhere are skipped
-        return max(1, sum(e - s for s, e in self.shards))
+    def __len__(self) -> int:  # batches, an upper bound: shards claimed elsewhere are skipped
+        return max(1, sum(-(-(e - s) // self.batch_size) for s, e in self.shards))
 
-    def __iter__(self) -> Iterator[tuple[int, Any]]:
+    def __iter__(self) -> Iterator[list[tuple[int, Any]]]:
         out = self.texts.out
         claimed = 0
         for shard in claim_each(
@@ -127,12 +137,12 @@ class ClaimedUnits(IterableDataset):
             claimed += 1
             log.info("encoding shard %s (%d units)", shard_stem(*shard), shard[1] - shard[0])
             texts, order = self.texts.get(shard)
-            for row in order:
-                yield row, texts[row - shard[0]]
+            for rows in batched(order, self.batch_size):
+                yield [(row, texts[row - shard[0]]) for row in rows]
         if not claimed and (self.probe or self.shards):
             shard = (self.probe or self.shards)[0]
             texts, order = self.texts.get(shard)
-            yield -1 - order[0], texts[order[0] - shard[0]]
+            yield [(-1 - order[0], texts[order[0] - shard[0]])]
 
 
 class _Collate:
@@ -168,12 +178,10 @@ class UnitsDataModule(pl.LightningDataModule):
         # each rank claims among its own share (r, r + world, ...); more ranks than pending
         # shards, or every shard claimed elsewhere: one probe row (never written)
         mine = rank_share(self.shards, rank, world)
-        dataset = ClaimedUnits(mine, self.texts, probe=self.shards[:1])
+        dataset = ClaimedUnits(mine, self.texts, self.batch_size, probe=self.shards[:1])
+        # the dataset yields whole batches (cut within a shard): the loader only tokenises them
         return DataLoader(
-            dataset,
-            batch_size=self.batch_size,
-            shuffle=False,
-            collate_fn=_Collate(self.encoder),
+            dataset, batch_size=None, shuffle=False, collate_fn=_Collate(self.encoder)
         )
 
 

@@ -1,7 +1,8 @@
 """The failed cells of a SLURM sweep, as `hydra_plugins.densex_slurm.launcher.SlurmLauncher` records
 them in `<sweep dir>/failed_cells.jsonl` (one row per cell: `cell` number, `slurm_job_id`, the
-cell's `overrides`, its `log` file, its `run_dir` and the `error`'s first line). Kept apart from
-the launcher so that readers (the sweep tables) need no hydra-submitit-launcher.
+cell's `overrides`, its `log` file, its `run_dir` and the `error`: the entry's located
+`error (...): FILE:LINE: ...` line from the log, else the exception's first line). Kept apart
+from the launcher so that readers (the sweep tables) need no hydra-submitit-launcher.
 """
 
 from __future__ import annotations

@@ -10,7 +10,9 @@ one failed cell wrote no table at all and named neither the job nor its log. Thi
 - waits for every job of the array before judging any;
 - records each failed cell (a SLURM job that died, or a cell whose task raised) in
   `<sweep dir>/failed_cells.jsonl`: cell number, SLURM job id, the cell's overrides, its log
-  file, its run dir and the error's first line (`densex.utils.slurm`);
+  file, its run dir and the error: the last `error (...): FILE:LINE: ...` line the entry
+  printed to the job's log when it exited with one, else the exception's first line
+  (`densex.utils.slurm`);
 - runs the sweep's `on_multirun_end` callbacks itself (Hydra would not), so the tables of the
   cells that succeeded are written and name the missing ones, then raises `CellsFailed` with
   one line per failed cell.
@@ -18,6 +20,7 @@ one failed cell wrote no table at all and named neither the job nor its log. Thi
 
 from __future__ import annotations
 
+import re
 import sys
 import traceback
 from collections.abc import Sequence
@@ -34,7 +37,7 @@ from densex.utils.io import write_jsonl
 from densex.utils.logging import get_logger
 from densex.utils.slurm import FAILED_CELLS
 
-__all__ = ["CellsFailed", "SlurmLauncher"]
+__all__ = ["CellsFailed", "SlurmLauncher", "located_error"]
 
 log = get_logger(__name__)
 
@@ -49,6 +52,25 @@ def _first_line(error: BaseException) -> str:
     # submitit's FailedJobError quotes the traceback: its last line is the exception itself
     line = lines[-1] if "trace:" in text and lines else (lines[0] if lines else "")
     return f"{type(error).__name__}: {line}"[:500]
+
+
+# what `densex.pipelines.preflight.run.fail` prints before exiting 2: `error (<kind>): <message>`,
+# the message locating the bad input (`FILE:LINE: field ...`) or naming the config key
+_ENTRY_ERROR = re.compile(r"^error \([^)]*\): ")
+_LOG_TAIL_BYTES = 1 << 20
+
+
+def located_error(log_path: str | Path) -> str | None:
+    """The last `error (...): ...` line an entry printed to the job's log (its stderr), or None
+    (no such line, or no log). Reads only the log's last MiB: a job's log can be long."""
+    try:
+        with open(log_path, "rb") as f:
+            f.seek(max(0, f.seek(0, 2) - _LOG_TAIL_BYTES))
+            tail = f.read().decode("utf-8", errors="replace")
+    except OSError:
+        return None
+    found = [ln.strip() for ln in tail.splitlines() if _ENTRY_ERROR.match(ln)]
+    return found[-1][:2000] if found else None
 
 
 def _outcome(job: Any) -> tuple[JobReturn | None, BaseException | None]:
@@ -133,7 +155,9 @@ class SlurmLauncher(submitit_launcher.SlurmLauncher):
                 "overrides": filter_overrides(overrides),
                 "log": str(job.paths.stderr),
                 "run_dir": str(ret.hydra_cfg.hydra.runtime.output_dir) if ret else None,
-                "error": _first_line(error),
+                # the entry's own located line when it exited with one (submitit's message
+                # then only says the job failed), else the exception's
+                "error": located_error(job.paths.stderr) or _first_line(error),
             })  # fmt: skip
         (sweep_dir / FAILED_CELLS).unlink(missing_ok=True)
         if not failed:
