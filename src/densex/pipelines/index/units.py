@@ -25,6 +25,9 @@ from densex.utils.models import resolve_model
 
 log = get_logger(__name__)
 
+# decoding settings added after keys were published (settings.ModelSettings)
+DECODING_RULES = ("no_repeat_ngram_size", "coverage_penalty")
+
 
 def propositions_key(cfg: DictConfig, passages_path: Path) -> str:
     """Cache key of generated propositions: the passages, the settings, and the content behind
@@ -34,6 +37,9 @@ def propositions_key(cfg: DictConfig, passages_path: Path) -> str:
     from densex.propositionizer.fingerprint import effective_dtype, model_fingerprint
 
     settings = OmegaConf.to_container(cfg.propositionizer, resolve=True)
+    for rule in DECODING_RULES:  # keyed only when set: the keys of runs without them stay
+        if settings.get(rule) is None:
+            settings.pop(rule, None)
     ptype = str(settings.get("type", "model"))
     content: dict[str, Any] = {}
     if ptype == "model" and settings.get("model") not in (None, "???"):
