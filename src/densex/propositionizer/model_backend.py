@@ -129,7 +129,6 @@ def generate_with_model(
     shard_dir = out_path.parent / "shards" / _shards_key(fingerprint, passages_sha, opts, settings)
     remove_orphans(shard_dir)  # temp files of a killed earlier run
     shards = _plan_shards(passages, opts.shard_size)
-
     done = _completeness(shard_dir)
     before = _merge_state(out_path)  # a merge written by another process changes it
 
