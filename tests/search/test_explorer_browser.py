@@ -86,6 +86,14 @@ def browser(tmp_path_factory):
     driver.quit()
 
 
+def _until(driver, ready, timeout: float = 60.0):
+    """`ready(driver)`'s first truthy value, polled until the page that a click or a select
+    navigated to has rendered (a find right after the click may still see the old page)."""
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    return WebDriverWait(driver, timeout).until(ready)
+
+
 def _shot(driver, tmp_path: Path, name: str) -> Path:
     path = tmp_path / name
     driver.save_screenshot(str(path))
@@ -102,7 +110,7 @@ def test_explorer_shows_three_columns_with_the_unit_highlighted(server, browser,
     box = browser.find_element(By.NAME, "q")
     box.send_keys(QUESTION)
     browser.find_element(By.ID, "go").click()
-    columns = browser.find_elements(By.CSS_SELECTOR, "section.column")
+    columns = _until(browser, lambda d: d.find_elements(By.CSS_SELECTOR, "section.column"))
     assert [c.get_attribute("data-granularity") for c in columns] == [
         "passage",
         "sentence",
@@ -135,16 +143,20 @@ def test_sweep_browser_filters_and_opens_a_question(server, browser, tmp_path):
     assert browser.find_element(By.ID, "table2").text.count("\n") >= 3  # header + 3 cells
     assert browser.find_element(By.ID, "plot").get_attribute("naturalWidth") != "0"
     all_count = browser.find_element(By.ID, "count").text
-    Select(browser.find_element(By.ID, "found")).select_by_value("proposition")  # submits
-    Select(browser.find_element(By.ID, "missed")).select_by_value("passage")
-    Select(browser.find_element(By.ID, "k")).select_by_value("1")
-    count = browser.find_element(By.ID, "count").text
-    assert "found by proposition, missed by passage in the top 1" in count and count != all_count
+    for name, value in (("found", "proposition"), ("missed", "passage"), ("k", "1")):
+        Select(browser.find_element(By.ID, name)).select_by_value(value)  # each one submits
+        _until(
+            browser, lambda d, n=name, v=value: d.find_element(By.ID, n).get_attribute("value") == v
+        )
+    wanted = "found by proposition, missed by passage in the top 1"
+    count = _until(browser, lambda d: wanted in (t := d.find_element(By.ID, "count").text) and t)
+    assert count != all_count
     rows = browser.find_elements(By.CSS_SELECTOR, "#questions a.open-question")
     assert rows, count
     _shot(browser, tmp_path, "sweep.png")
     question = rows[0].text
     rows[0].click()
+    _until(browser, lambda d: d.find_elements(By.ID, "question-info"))
     assert browser.find_element(By.NAME, "q").get_attribute("value") == question
     info = browser.find_element(By.ID, "question-info").text
     assert "passage" in info and "proposition 1" in info
