@@ -99,9 +99,7 @@ def _expand(src: dict, k: int) -> dict:
     """Every source tensor (and cache) repeated `k` times per row (one per beam)."""
     out = {n: v.repeat_interleave(k, 0) for n, v in src.items() if torch.is_tensor(v)}
     out["cache"] = [(a.repeat_interleave(k, 0), b.repeat_interleave(k, 0)) for a, b in src["cache"]]
-    for key in ("no_repeat", "coverage_penalty"):
-        if key in src:
-            out[key] = src[key]
+    out.update({n: v for n, v in src.items() if n != "cache" and not torch.is_tensor(v)})
     return out
 
 

@@ -49,7 +49,8 @@ class CopyLMConfig(BertConfig):
     """BERT's config plus the student's: `use_copy` (False: the plain prefix LM, for the
     ablation), the copy attention's initial scale and n-gram bonus, the proposition
     separator's id, the target segment's token type, and the decoding's `no_repeat_ngram_size`
-    and `coverage_penalty` (null: none; `copy_decode.py`), kept here because config.json travels with an export."""
+    and `coverage_penalty` (null: none; `copy_decode.py`), kept here because config.json
+    travels with an export."""
 
     model_type = MODEL_TYPE
 
@@ -295,10 +296,12 @@ class CopyPrefixLM(BertPreTrainedModel):
         coverage_penalty: float | None = None,
         **_: Any,
     ) -> torch.Tensor:
-        """Greedy (`num_beams` 1) or beam decoding (`copy_decode.decode`); a null
-        `no_repeat_ngram_size` takes the config's."""
+        """Greedy (`num_beams` 1) or beam decoding (`copy_decode.decode`); a null decoding rule
+        takes the config's."""
         if no_repeat_ngram_size is None:
             no_repeat_ngram_size = getattr(self.config, "no_repeat_ngram_size", None)
+        if coverage_penalty is None:
+            coverage_penalty = getattr(self.config, "coverage_penalty", None)
         return decode(
             self,
             input_ids,
@@ -306,7 +309,7 @@ class CopyPrefixLM(BertPreTrainedModel):
             max_new_tokens,
             num_beams,
             no_repeat_ngram_size,
-            coverage_penalty or getattr(self.config, "coverage_penalty", None),
+            coverage_penalty,
         )
 
 

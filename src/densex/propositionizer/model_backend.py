@@ -26,7 +26,7 @@ from densex.propositionizer.output import (
     passage_source,
     write_propositions,
 )
-from densex.propositionizer.settings import ModelSettings
+from densex.propositionizer.settings import DECODING_RULES, ModelSettings
 from densex.utils.cache import content_key, hash_file
 from densex.utils.integrity import check_file, remove_orphans
 from densex.utils.io import DataError, read_json
@@ -56,7 +56,7 @@ def _generation_settings(
         "num_beams": opts.num_beams,
         "dtype": effective_dtype(opts.dtype, trainer_args),
     }
-    for rule in ("no_repeat_ngram_size", "coverage_penalty"):
+    for rule in DECODING_RULES:
         if getattr(opts, rule) is not None:
             settings[rule] = getattr(opts, rule)
     return settings

@@ -29,6 +29,11 @@ class PropositionizerSettings(ParseLimits):
     spacy_model: str | None = "en_core_web_lg"  # rule-based sentencizer when not installed
 
 
+# ModelSettings' decoding rules, passed to `generate` and keyed only when set (they came after
+# published keys)
+DECODING_RULES = ("no_repeat_ngram_size", "coverage_penalty")
+
+
 @dataclass
 class ModelSettings(PropositionizerSettings):
     """The seq2seq backend (`conf/propositionizer/model.yaml`): greedy decoding, as the released

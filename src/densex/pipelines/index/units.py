@@ -16,6 +16,7 @@ from densex.corpus.units import build_units
 from densex.corpus.units_key import units_dir_for
 from densex.pipelines.edge import corpus_spec, propositionizer_settings, trainer_args
 from densex.propositionizer.output import manifest_path
+from densex.propositionizer.settings import DECODING_RULES
 from densex.utils.cache import artifact_dir, content_key, hash_file
 from densex.utils.integrity import handle_damage, remove_orphans, verify_files
 from densex.utils.io import DataError, read_json
@@ -24,9 +25,6 @@ from densex.utils.logging import get_logger
 from densex.utils.models import resolve_model
 
 log = get_logger(__name__)
-
-# decoding settings added after keys were published (settings.ModelSettings)
-DECODING_RULES = ("no_repeat_ngram_size", "coverage_penalty")
 
 
 def propositions_key(cfg: DictConfig, passages_path: Path) -> str:
