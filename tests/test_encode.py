@@ -75,17 +75,24 @@ def test_shards_manifest_and_row_order(reference: EmbeddingStore, units_file, ti
     np.testing.assert_array_equal(np.concatenate([c for _, c in chunks]), reference.embeddings)
 
 
-def test_crash_then_resume_equals_uninterrupted(
-    reference, units_file, tiny_bert, tmp_path, monkeypatch
-) -> None:
+def crash_after_shards(monkeypatch: pytest.MonkeyPatch, n: int):
+    """Make the embedding writer raise once `n` shards are written; returns its original
+    `_write_shard` (set it back to resume)."""
     original = EmbeddingShardWriter._write_shard
 
-    def crash_after_two(self, shard, emb):
-        if self.shards_written == 2:
+    def crash(self, shard, emb):
+        if self.shards_written == n:
             raise RuntimeError("simulated crash")
         original(self, shard, emb)
 
-    monkeypatch.setattr(EmbeddingShardWriter, "_write_shard", crash_after_two)
+    monkeypatch.setattr(EmbeddingShardWriter, "_write_shard", crash)
+    return original
+
+
+def test_crash_then_resume_equals_uninterrupted(
+    reference, units_file, tiny_bert, tmp_path, monkeypatch
+) -> None:
+    original = crash_after_shards(monkeypatch, 2)
     out = tmp_path / "emb"
     with pytest.raises(RuntimeError, match="simulated crash"):
         encode_units_to_dir(units_file, tiny_bert, out, CPU, shard_size=8)
@@ -112,14 +119,7 @@ def test_batches_stay_in_their_shard_so_a_resume_writes_the_same_bytes(
     spec = {"name": "minilm", "query_model": minilm_path, "pooling": "mean", "similarity": "cos",
             "max_length": 128, "batch_size": 5, "device": "cpu"}  # fmt: skip
     whole = encode_units_to_dir(units_file, spec, tmp_path / "whole", CPU, shard_size=8)
-    original = EmbeddingShardWriter._write_shard
-
-    def crash_after_one(self, shard, emb):
-        if self.shards_written == 1:
-            raise RuntimeError("simulated crash")
-        original(self, shard, emb)
-
-    monkeypatch.setattr(EmbeddingShardWriter, "_write_shard", crash_after_one)
+    original = crash_after_shards(monkeypatch, 1)
     with pytest.raises(RuntimeError, match="simulated crash"):
         encode_units_to_dir(units_file, spec, tmp_path / "resumed", CPU, shard_size=8)
     monkeypatch.setattr(EmbeddingShardWriter, "_write_shard", original)
