@@ -13,6 +13,7 @@ import torch
 from densex.propositionizer.backbone import load_seq2seq, output_decoder, target_ids
 from densex.propositionizer.copy_build import cached_copy_lm
 from densex.propositionizer.copy_decode import ban_repeated_ngrams, decode, decode_step
+from densex.propositionizer.copy_lm import coverage_loss
 from densex.propositionizer.generator import PropositionGenerator
 from densex.propositionizer.module import set_dropout
 from densex.propositionizer.pairs import format_target
@@ -159,3 +160,33 @@ def test_the_copy_head_learns_to_copy_held_out_sources_exactly(copy_dir, sentenc
     exact = [json.loads(t) == [s] for t, s in zip(texts, held)]
     assert sum(exact) >= 11, [t for t, ok in zip(texts, exact) if not ok]
     assert sum(cut) <= 1
+
+
+def test_coverage_loss_counts_attention_to_already_covered_source_positions():
+    w = torch.tensor([[[1.0, 0, 0], [0, 1.0, 0], [0.5, 0, 0.5]]])  # step 3 half on position 0
+    assert float(coverage_loss(w, torch.ones(1, 3, dtype=torch.bool))) == pytest.approx(0.5 / 3)
+    # an ignored position neither pays nor adds to the coverage
+    keep = torch.tensor([[True, False, True]])
+    w2 = torch.tensor([[[1.0, 0, 0], [1.0, 0, 0], [0, 0, 1.0]]])
+    assert float(coverage_loss(w2, keep)) == 0.0
+
+
+def test_the_model_loss_adds_the_weighted_coverage_of_a_repeated_copy(copy_dir, sentences):
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(copy_dir)
+    plain = load_seq2seq(copy_dir).eval()
+    covered = load_seq2seq(copy_dir, coverage_loss=2.0).eval()
+    source = [sentences[5]]
+    once, twice = format_target([sentences[5]]), format_target([sentences[5], sentences[5]])
+    with torch.no_grad():
+        outs = {}
+        for name, target in (("once", once), ("twice", twice)):
+            enc, lab = _batch(tok, source, [target])
+            args = dict(input_ids=enc.input_ids, attention_mask=enc.attention_mask, labels=lab)
+            outs[name] = (plain(**args), covered(**args))
+    p, c = outs["twice"]
+    assert p.coverage is None and float(p.loss) == pytest.approx(float(c.nll), rel=1e-5)
+    assert float(c.loss) == pytest.approx(float(c.nll) + 2.0 * float(c.coverage), rel=1e-5)
+    # copying the sentence a second time re-attends the positions the first copy covered
+    assert float(c.coverage) > 3 * float(outs["once"][1].coverage)

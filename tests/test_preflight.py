@@ -111,6 +111,23 @@ def test_entry_prints_one_line_and_no_traceback(repo_root, tmp_path):
     assert "file not found" in (tmp_path / "run" / "evaluate.log").read_text()
 
 
+def test_preflight_runs_before_torch_lightning_and_spacy_are_imported(repo_root, tmp_path):
+    """The whole preflight of a demo cell (corpus read, models resolved, then the dataset
+    check fails) imports no torch, Lightning or spaCy: a bad input is reported in seconds
+    (transformers.utils.logging, 0.5 s, is imported by the one logging set-up)."""
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "WANDB_MODE": "disabled"}
+    env.pop("HYDRA_FULL_ERROR", None)
+    proc = subprocess.run(
+        [sys.executable, "-X", "importtime", str(repo_root / "evaluate.py"), "corpus=demo",
+         "dataset=nq", f"dataset.path={tmp_path}/nq-tset.tsv", f"hydra.run.dir={tmp_path}/run"],
+        cwd=repo_root, env=env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 2 and "error (preflight): dataset.path=" in proc.stderr
+    imported = {ln.rsplit("|", 1)[1].strip() for ln in proc.stderr.splitlines() if "|" in ln}
+    assert "densex.pipelines.preflight.inputs" in imported  # the check did run
+    assert not imported & {"torch", "pytorch_lightning", "spacy"}
+
+
 def test_paper_grid_is_expanded_and_sized(repo_root):
     cfg = _cfg(repo_root, "evaluate", "experiment=table3", hydra=True)
     cells = grid_overrides(cfg)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
 import pytest
 
@@ -83,3 +85,31 @@ def test_resolve_precision_without_a_gpu():
     assert resolve_precision("auto") == "32-true"
     assert resolve_precision("bf16-mixed") == "bf16-mixed"
     assert resolve_precision(16) == 16
+
+
+HEAP_PROBE = """
+import ctypes, sys
+from densex.utils.malloc import set_heap_thresholds
+if sys.argv[1] == "set":
+    assert set_heap_thresholds(1 << 20, 1 << 20)
+libc = ctypes.CDLL(None)
+libc.malloc.restype, libc.malloc.argtypes = ctypes.c_void_p, [ctypes.c_size_t]
+libc.free.argtypes = [ctypes.c_void_p]
+libc.free(libc.malloc(8 << 20))  # glibc's dynamic threshold rises to 8 MiB after this free
+p = libc.malloc(2 << 20)
+lo, hi = (int(x, 16) for x in next(
+    ln for ln in open("/proc/self/maps") if "[heap]" in ln).split()[0].split("-"))
+print("heap" if lo <= p < hi else "mapped")
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's mallopt")
+def test_heap_thresholds_send_large_blocks_to_their_own_mapping():
+    """After a large free, glibc serves 2 MiB from the heap (where freed space stays resident);
+    with `set_heap_thresholds(1 MiB)` it maps them, so freeing returns them to the OS."""
+    run = [sys.executable, "-c", HEAP_PROBE]
+    out = {
+        m: subprocess.run([*run, m], capture_output=True, text=True, check=True).stdout
+        for m in ("default", "set")
+    }
+    assert out == {"default": "heap\n", "set": "mapped\n"}

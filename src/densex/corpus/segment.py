@@ -11,10 +11,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
 from functools import lru_cache
-
-from spacy.language import Language
+from typing import TYPE_CHECKING
 
 from densex.utils.logging import get_logger
+
+if TYPE_CHECKING:  # spaCy is imported when a pipeline is loaded, not with this module
+    from spacy.language import Language
 
 log = get_logger(__name__)
 

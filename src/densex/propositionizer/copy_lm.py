@@ -39,7 +39,7 @@ from transformers.models.bert.modeling_bert import BertModel, BertPreTrainedMode
 
 from densex.propositionizer.copy_decode import decode
 
-__all__ = ["MODEL_TYPE", "CopyLMConfig", "CopyLMOutput", "CopyPrefixLM"]
+__all__ = ["MODEL_TYPE", "CopyLMConfig", "CopyLMOutput", "CopyPrefixLM", "coverage_loss"]
 
 MODEL_TYPE = "densex-copy-lm"
 NGRAM = 4  # the copy head's continuation bonus looks at up to this many previous tokens
@@ -48,9 +48,10 @@ NGRAM = 4  # the copy head's continuation bonus looks at up to this many previou
 class CopyLMConfig(BertConfig):
     """BERT's config plus the student's: `use_copy` (False: the plain prefix LM, for the
     ablation), the copy attention's initial scale and n-gram bonus, the proposition
-    separator's id, the target segment's token type, and the decoding's `no_repeat_ngram_size`
+    separator's id, the target segment's token type, the decoding's `no_repeat_ngram_size`
     and `coverage_penalty` (null: none; `copy_decode.py`), kept here because config.json
-    travels with an export."""
+    travels with an export, and the training's `coverage_loss` weight (0: none;
+    `coverage_loss`)."""
 
     model_type = MODEL_TYPE
 
@@ -63,6 +64,7 @@ class CopyLMConfig(BertConfig):
         target_token_type: int = 1,
         no_repeat_ngram_size: int | None = None,
         coverage_penalty: float | None = None,
+        coverage_loss: float = 0.0,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -73,13 +75,17 @@ class CopyLMConfig(BertConfig):
         self.target_token_type = target_token_type
         self.no_repeat_ngram_size = no_repeat_ngram_size
         self.coverage_penalty = coverage_penalty
+        self.coverage_loss = coverage_loss
 
 
 @dataclass
 class CopyLMOutput(ModelOutput):
-    """`loss`: mean negative log-likelihood of the label tokens (None without labels)."""
+    """`loss`: mean negative log-likelihood of the label tokens plus the weighted coverage
+    loss (None without labels); `nll` and `coverage` its two parts."""
 
     loss: torch.Tensor | None = None
+    nll: torch.Tensor | None = None
+    coverage: torch.Tensor | None = None
 
 
 class CopyPrefixLM(BertPreTrainedModel):
@@ -227,7 +233,8 @@ class CopyPrefixLM(BertPreTrainedModel):
         decoder_input_ids: torch.Tensor | None = None,
         **_: Any,
     ) -> CopyLMOutput:
-        """Teacher-forced mean NLL of `labels` (B, T; -100 ignored) given the sources."""
+        """Teacher-forced mean NLL of `labels` (B, T; -100 ignored) given the sources, plus
+        `config.coverage_loss` x the copy attention's coverage loss when that weight is set."""
         if labels is None:
             return CopyLMOutput(loss=None)
         dec = decoder_input_ids
@@ -244,28 +251,35 @@ class CopyPrefixLM(BertPreTrainedModel):
         h, _ = self.run_layers(self.embed(ids, pos, types), mask)
         src = self.source_view(h[:, : input_ids.shape[1]], input_ids, valid)
         h_target = h.gather(1, at[..., None].expand(-1, -1, h.shape[-1]))
-        logp = self.label_log_probs(h_target, src, labels, input_history(dec))
-        return CopyLMOutput(loss=-logp.mean())
+        logp, weights = self.label_log_probs(h_target, src, labels, input_history(dec))
+        nll = -logp.mean()
+        lam = float(getattr(self.config, "coverage_loss", 0.0) or 0.0)
+        if weights is None or lam == 0.0:
+            return CopyLMOutput(loss=nll, nll=nll.detach())
+        cov = coverage_loss(weights, labels != -100)
+        return CopyLMOutput(loss=nll + lam * cov, nll=nll.detach(), coverage=cov.detach())
 
     def label_log_probs(
         self, h: torch.Tensor, src: dict, labels: torch.Tensor, history: torch.Tensor
-    ) -> torch.Tensor:
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Log-probability of each kept label (labels != -100, flattened) under the mixture of
         `next_log_probs`, without materialising the mixture over the vocabulary: the vocabulary
-        path's logits only at the kept positions, the copy path's mass on the label only."""
+        path's logits only at the kept positions, the copy path's mass on the label only. Also
+        returns the copy weights (B, T, S-1; None without the copy head)."""
         keep = labels != -100
         target = labels[keep]
         logits = self.vocab_logits(h[keep]).float()
         log_vocab = -F.cross_entropy(logits, target, reduction="none")
         if not self.config.use_copy:
-            return log_vocab
+            return log_vocab, None
         weights, (log_gen, log_copy) = self.copy_attention(h, src, history)
         hit = src["copy_ids"][:, None, :] == labels[:, :, None]
         copied = (weights.float() * hit).sum(-1)[keep]
-        return torch.logaddexp(
+        logp = torch.logaddexp(
             log_gen[keep].squeeze(-1).float() + log_vocab,
             log_copy[keep].squeeze(-1).float() + copied.clamp_min(1e-30).log(),
         )
+        return logp, weights
 
     def source_view(self, h: torch.Tensor, input_ids: torch.Tensor, valid: torch.Tensor) -> dict:
         """What the head needs of the source (`encode_source`'s keys minus the caches)."""
@@ -311,6 +325,16 @@ class CopyPrefixLM(BertPreTrainedModel):
             no_repeat_ngram_size,
             coverage_penalty,
         )
+
+
+def coverage_loss(weights: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
+    """See et al. 2017's coverage loss of copy weights (B, T, S) at the kept target positions
+    `keep` (B, T): the mean over those positions of sum_s min(a_t[s], c_t[s]), where the
+    coverage c_t = sum of the earlier kept steps' weights. 0 when no source position is
+    attended twice; at most 1 a step."""
+    w = weights.float() * keep[..., None]
+    cover = w.cumsum(1) - w
+    return torch.minimum(w, cover).sum(-1)[keep].mean()
 
 
 def input_history(ids: torch.Tensor, fill: int = -1) -> torch.Tensor:

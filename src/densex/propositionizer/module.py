@@ -82,7 +82,9 @@ class PropositionizerModule(pl.LightningModule):
     `batch_size` (effective) and `per_device_batch_size` are recorded here; the pipeline turns
     them into the data loader batch size and `accumulate_grad_batches`. `metric` configures
     the set-F1 backbone (`SetF1Scorer` arguments). `decoder_input_dropout` masks that share of
-    the teacher-forced decoder inputs in training (`backbone.corrupt_decoder_inputs`). `tiny` and `warm_start` are the build specs
+    the teacher-forced decoder inputs in training (`backbone.corrupt_decoder_inputs`).
+    `config_overrides` set attributes of the loaded model's config (e.g. the copy student's
+    `coverage_loss`; they travel with the export). `tiny` and `warm_start` are the build specs
     the pipeline used to make `name_or_path` (recorded, not used here).
     """
 
@@ -102,6 +104,7 @@ class PropositionizerModule(pl.LightningModule):
         tiny: dict[str, Any] | None = None,
         warm_start: dict[str, Any] | None = None,
         decoder_input_dropout: float = 0.0,
+        config_overrides: dict[str, Any] | None = None,
     ) -> None:
         super().__init__()
         from transformers import AutoTokenizer
@@ -113,7 +116,7 @@ class PropositionizerModule(pl.LightningModule):
         self.scheduler_factory = scheduler
         path = resolve_model(name_or_path)
         # from_pretrained returns eval mode (dropout off); Lightning keeps submodule modes
-        self.model = load_seq2seq(path).train()
+        self.model = load_seq2seq(path, **dict(config_overrides or {})).train()
         self.tokenizer = AutoTokenizer.from_pretrained(path, model_max_length=max_source_length)
         if dropout is not None:  # e.g. 0 for overfitting checks; None keeps the model's own
             set_dropout(self.model, dropout)
@@ -157,6 +160,9 @@ class PropositionizerModule(pl.LightningModule):
             batch_size=n,
             sync_dist=True,
         )
+        for part in ("nll", "coverage"):  # a loss's parts, where the model reports them
+            if getattr(out, part, None) is not None:
+                self.log(f"train/{part}", getattr(out, part), on_step=True, batch_size=n)
         tokens = batch["attention_mask"].sum() + n_tokens
         self.log("train/tokens", tokens.float(), on_step=True, on_epoch=False, reduce_fx="sum")
         return loss_sum

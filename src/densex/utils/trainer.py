@@ -11,7 +11,8 @@ from pytorch_lightning.callbacks.progress import ProgressBar
 
 from densex.utils.logging import get_logger
 from densex.utils.models import resolve_precision
-from densex.utils.progress import LogProgress, is_tty
+from densex.utils.progress import is_tty
+from densex.utils.progress_lightning import LogProgress
 
 # What predict needs whatever the config says: no logger, no checkpoints, no model summary, and
 # no distributed sampler (encoding and generation split whole shards across ranks themselves).

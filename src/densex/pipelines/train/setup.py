@@ -20,7 +20,8 @@ from densex.propositionizer.module import prepare_model_path
 from densex.report.wandb_log import wandb_offline
 from densex.utils.logging import get_logger
 from densex.utils.models import resolve_precision
-from densex.utils.progress import LogProgress, is_tty
+from densex.utils.progress import is_tty
+from densex.utils.progress_lightning import LogProgress
 from densex.utils.resume import RNGState
 from densex.utils.trainer import CloseSpawnedProcessGroup, multirun_safe_strategy
 
