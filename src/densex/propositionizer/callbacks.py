@@ -1,4 +1,5 @@
-"""Lightning callbacks of propositionizer training."""
+"""Lightning callbacks of propositionizer training: the validation predictions writer and
+glibc's heap limits (`HeapLimit`, `utils/malloc.py`)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,10 @@ import pytorch_lightning as pl
 from pytorch_lightning.utilities import rank_zero_only
 
 from densex.utils.io import write_jsonl
+from densex.utils.logging import get_logger
+from densex.utils.malloc import set_heap_thresholds, trim_heap
+
+log = get_logger(__name__)
 
 
 class ValidationPredictionsWriter(pl.Callback):
@@ -29,3 +34,39 @@ class ValidationPredictionsWriter(pl.Callback):
         name = f"epoch={trainer.current_epoch:03d}-step={trainer.global_step:06d}.jsonl"
         write_jsonl(self.dirpath / name, rows)
         pl_module.last_val_predictions = []
+
+
+class HeapLimit(pl.Callback):
+    """glibc heap settings for a fit (module docstring): fixed thresholds (`mmap_threshold`
+    null keeps glibc's dynamic ones), a heap trim every `trim_every_n_steps` training batches
+    (null: never) and after each validation (the generation's caches are its largest blocks)."""
+
+    def __init__(
+        self,
+        mmap_threshold: int | None = 1 << 20,
+        trim_threshold: int = 1 << 20,
+        trim_every_n_steps: int | None = None,
+    ) -> None:
+        self.mmap_threshold = mmap_threshold
+        self.trim_threshold = trim_threshold
+        self.trim_every_n_steps = trim_every_n_steps
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        every = self.trim_every_n_steps
+        if every and (batch_idx + 1) % every == 0:
+            trim_heap()
+
+    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        if self.mmap_threshold is None:
+            return
+        if set_heap_thresholds(self.mmap_threshold, self.trim_threshold):
+            log.info(
+                "heap: glibc mmap threshold %d B, trim threshold %d B",
+                self.mmap_threshold,
+                self.trim_threshold,
+            )
+        else:
+            log.warning("heap: this C library has no mallopt; heap thresholds left as they are")
+
+    def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        trim_heap()

@@ -4,10 +4,10 @@ PyTorch's CPU allocator is the C library's `malloc`. With glibc's defaults, free
 buffers of varying size stay in the heap (its mmap threshold grows with the largest block
 freed, up to 32 MiB), so the resident set of a run whose batch shapes vary grows long after
 its working set stopped growing: 11.2 GB peak for the copy student's 8-epoch run, against 3.6
-GB in a 40-step probe with a fixed 1 MiB threshold (docs/architecture.md). `HeapLimit` sets the
-thresholds with `mallopt` when training starts and trims the heap after each validation; the
-same as exporting `MALLOC_MMAP_THRESHOLD_`/`MALLOC_TRIM_THRESHOLD_`, but from the config. On a
-C library without `mallopt` (macOS, musl) it logs once and does nothing.
+GB in a 40-step probe with a fixed 1 MiB threshold (docs/architecture.md). The training
+callback `propositionizer.callbacks.HeapLimit` calls these: the same as exporting
+`MALLOC_MMAP_THRESHOLD_`/`MALLOC_TRIM_THRESHOLD_`, but from the config. On a C library
+without `mallopt` (macOS, musl) they return False.
 """
 
 from __future__ import annotations
@@ -16,13 +16,7 @@ import ctypes
 import ctypes.util
 from typing import Any
 
-import pytorch_lightning as pl
-
-from densex.utils.logging import get_logger
-
-__all__ = ["HeapLimit", "set_heap_thresholds", "trim_heap"]
-
-log = get_logger(__name__)
+__all__ = ["set_heap_thresholds", "trim_heap"]
 
 M_TRIM_THRESHOLD = -1  # glibc's mallopt parameter numbers (malloc.h)
 M_MMAP_THRESHOLD = -3
@@ -53,39 +47,3 @@ def trim_heap() -> bool:
     nothing was released or the C library has none."""
     libc = _libc()
     return bool(libc is not None and libc.malloc_trim(0))
-
-
-class HeapLimit(pl.Callback):
-    """glibc heap settings for a fit (module docstring): fixed thresholds (`mmap_threshold`
-    null keeps glibc's dynamic ones), a heap trim every `trim_every_n_steps` training batches
-    (null: never) and after each validation (the generation's caches are its largest blocks)."""
-
-    def __init__(
-        self,
-        mmap_threshold: int | None = 1 << 20,
-        trim_threshold: int = 1 << 20,
-        trim_every_n_steps: int | None = None,
-    ) -> None:
-        self.mmap_threshold = mmap_threshold
-        self.trim_threshold = trim_threshold
-        self.trim_every_n_steps = trim_every_n_steps
-
-    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
-        every = self.trim_every_n_steps
-        if every and (batch_idx + 1) % every == 0:
-            trim_heap()
-
-    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
-        if self.mmap_threshold is None:
-            return
-        if set_heap_thresholds(self.mmap_threshold, self.trim_threshold):
-            log.info(
-                "heap: glibc mmap threshold %d B, trim threshold %d B",
-                self.mmap_threshold,
-                self.trim_threshold,
-            )
-        else:
-            log.warning("heap: this C library has no mallopt; heap thresholds left as they are")
-
-    def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        trim_heap()
