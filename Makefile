@@ -14,9 +14,10 @@ demo: setup
 	$(PY) evaluate.py -m experiment=demo
 
 # two workers on the 2-core CI machine (pytest-xdist; one test file per worker, so a module's
-# fixtures are built once); `pytest -q` alone runs the same tests in one process
+# fixtures are built once), files handed out heaviest first (tests/conftest.py HEAVY_FIRST);
+# `pytest -q` alone runs the same tests in one process
 test: setup
-	$(PY) -m pytest -q -n auto --dist loadfile
+	$(PY) -m pytest -q -n auto --dist loadfile --no-loadscope-reorder
 
 test-slow: setup
 	$(PY) -m pytest -q -m slow

@@ -27,9 +27,27 @@ def demo_overrides(cache: Path) -> list[str]:
 
 
 @pytest.fixture(scope="session")
-def demo_sweep(repo_root: Path, minilm_path: str, tmp_path_factory: pytest.TempPathFactory):
-    """(sweep dir, cache dir) of the demo multirun; its cell of granularity g is in `sweep/i`."""
-    root = tmp_path_factory.mktemp("demo_sweep")
+def demo_sweep(
+    repo_root: Path, minilm_path: str, tmp_path_factory: pytest.TempPathFactory, worker_id: str
+):
+    """(sweep dir, cache dir) of the demo multirun; its cell of granularity g is in `sweep/i`.
+    Built once per test run: under pytest-xdist the workers share it through the run's common
+    temporary directory, the first one builds it under a file lock (pytest-xdist's recipe)."""
+    if worker_id == "master":  # no xdist
+        return build_demo_sweep(repo_root, tmp_path_factory.mktemp("demo_sweep"))
+    from filelock import FileLock
+
+    shared = tmp_path_factory.getbasetemp().parent  # one per run, above each worker's own
+    root, done = shared / "demo_sweep", shared / "demo_sweep.done"
+    with FileLock(str(shared / "demo_sweep.lock")):
+        if not done.exists():
+            build_demo_sweep(repo_root, root)
+            done.touch()
+    return root / "sweep", root / "cache"
+
+
+def build_demo_sweep(repo_root: Path, root: Path) -> tuple[Path, Path]:
+    """Run the demo multirun into `root` (sweep/ and cache/)."""
     sweep, cache = root / "sweep", root / "cache"
     cmd = [sys.executable, str(repo_root / "evaluate.py"), "-m", "experiment=demo",
            "trainer=cpu", "trainer.enable_progress_bar=false", f"paths.cache_dir={cache}",
