@@ -114,7 +114,7 @@ def autocast(bf16: bool):
 
 @torch.no_grad()
 def held_loss(model, tok, held, opts: dict, swap: bool = False) -> float:
-    """Token-mean loss on `held` (sources rotated by one passage with `swap`)."""
+    """Token-mean NLL on `held` (sources rotated by one passage with `swap`)."""
     total = count = 0.0
     for i in range(0, len(held), 16):
         part = held[i : i + 16]
@@ -124,7 +124,8 @@ def held_loss(model, tok, held, opts: dict, swap: bool = False) -> float:
             ]
         ids, mask, lab = batch(tok, part, opts["max_total"])
         with autocast(opts["bf16"]):
-            loss = model(input_ids=ids, attention_mask=mask, labels=lab).loss.item()
+            out = model(input_ids=ids, attention_mask=mask, labels=lab)
+            loss = (out.nll if getattr(out, "nll", None) is not None else out.loss).item()
         n = int((lab != -100).sum())
         total, count = total + loss * n, count + n
     return total / count

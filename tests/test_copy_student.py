@@ -190,3 +190,12 @@ def test_the_model_loss_adds_the_weighted_coverage_of_a_repeated_copy(copy_dir, 
     assert float(c.loss) == pytest.approx(float(c.nll) + 2.0 * float(c.coverage), rel=1e-5)
     # copying the sentence a second time re-attends the positions the first copy covered
     assert float(c.coverage) > 3 * float(outs["once"][1].coverage)
+
+
+def test_config_overrides_take_existing_attributes_only(copy_dir):
+    from densex.propositionizer.module import checked_config_overrides
+
+    assert checked_config_overrides(copy_dir, {"coverage_loss": 1.0}) == {"coverage_loss": 1.0}
+    assert checked_config_overrides(copy_dir, None) == {}
+    with pytest.raises(ValueError, match=r"model\.config_overrides: \['coverage_lost'\]"):
+        checked_config_overrides(copy_dir, {"coverage_lost": 1.0})

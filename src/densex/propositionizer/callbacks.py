@@ -37,8 +37,8 @@ class ValidationPredictionsWriter(pl.Callback):
 
 
 class HeapLimit(pl.Callback):
-    """glibc heap settings for a fit (module docstring): fixed thresholds (`mmap_threshold`
-    null keeps glibc's dynamic ones), a heap trim every `trim_every_n_steps` training batches
+    """glibc heap settings for a fit (`utils/malloc.py`): fixed thresholds (`mmap_threshold`
+    null keeps both of glibc's dynamic thresholds, `trim_threshold` included), a heap trim every `trim_every_n_steps` training batches
     (null: never) and after each validation (the generation's caches are its largest blocks)."""
 
     def __init__(
@@ -66,7 +66,12 @@ class HeapLimit(pl.Callback):
                 self.trim_threshold,
             )
         else:
-            log.warning("heap: this C library has no mallopt; heap thresholds left as they are")
+            log.warning(
+                "heap: mallopt is missing (not glibc) or refused %d / %d B; glibc's dynamic "
+                "thresholds may still apply",
+                self.mmap_threshold,
+                self.trim_threshold,
+            )
 
     def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         trim_heap()

@@ -332,7 +332,7 @@ def coverage_loss(weights: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
     `keep` (B, T): the mean over those positions of sum_s min(a_t[s], c_t[s]), where the
     coverage c_t = sum of the earlier kept steps' weights. 0 when no source position is
     attended twice; at most 1 a step."""
-    w = weights.float() * keep[..., None]
+    w = torch.where(keep[..., None], weights.float(), 0.0)
     cover = w.cumsum(1) - w
     return torch.minimum(w, cover).sum(-1)[keep].mean()
 

@@ -63,6 +63,26 @@ def linear_warmup_schedule(
     return get_linear_schedule_with_warmup(optimizer, warmup, num_training_steps)
 
 
+def checked_config_overrides(path: str, overrides: dict[str, Any] | None) -> dict[str, Any]:
+    """`overrides` for `from_pretrained(path, **overrides)`, each an existing attribute of the
+    model's config (transformers hands any other key to the model's constructor, which fails
+    far from the config key); a ValueError names the key otherwise."""
+    if not overrides:
+        return {}
+    from transformers import AutoConfig
+
+    import densex.propositionizer.copy_lm  # noqa: F401  (registers the copy student's config)
+
+    config = AutoConfig.from_pretrained(path)
+    unknown = sorted(k for k in overrides if not hasattr(config, k))
+    if unknown:
+        raise ValueError(
+            f"model.config_overrides: {unknown} are not attributes of {type(config).__name__} "
+            f"({path}); e.g. coverage_loss exists for model=minilm-copy only"
+        )
+    return dict(overrides)
+
+
 def set_dropout(model: torch.nn.Module, p: float) -> None:
     """Every dropout of `model` to `p`: `nn.Dropout` modules and the float rates attention
     layers keep as attributes (T5Attention.dropout), which `nn.Dropout` alone would miss."""
@@ -83,8 +103,8 @@ class PropositionizerModule(pl.LightningModule):
     them into the data loader batch size and `accumulate_grad_batches`. `metric` configures
     the set-F1 backbone (`SetF1Scorer` arguments). `decoder_input_dropout` masks that share of
     the teacher-forced decoder inputs in training (`backbone.corrupt_decoder_inputs`).
-    `config_overrides` set attributes of the loaded model's config (e.g. the copy student's
-    `coverage_loss`; they travel with the export). `tiny` and `warm_start` are the build specs
+    `config_overrides` set existing attributes of the loaded model's config (e.g. the copy
+    student's `coverage_loss`; they travel with the export; an unknown key is an error). `tiny` and `warm_start` are the build specs
     the pipeline used to make `name_or_path` (recorded, not used here).
     """
 
@@ -116,7 +136,8 @@ class PropositionizerModule(pl.LightningModule):
         self.scheduler_factory = scheduler
         path = resolve_model(name_or_path)
         # from_pretrained returns eval mode (dropout off); Lightning keeps submodule modes
-        self.model = load_seq2seq(path, **dict(config_overrides or {})).train()
+        overrides = checked_config_overrides(path, config_overrides)
+        self.model = load_seq2seq(path, **overrides).train()
         self.tokenizer = AutoTokenizer.from_pretrained(path, model_max_length=max_source_length)
         if dropout is not None:  # e.g. 0 for overfitting checks; None keeps the model's own
             set_dropout(self.model, dropout)
@@ -205,9 +226,14 @@ class PropositionizerModule(pl.LightningModule):
         return self.tokenizer.batch_decode(out, skip_special_tokens=True)
 
     def validation_step(self, batch: dict[str, Any], batch_idx: int) -> None:
-        loss = self(batch["input_ids"], batch["attention_mask"], batch["labels"]).loss
+        out = self(batch["input_ids"], batch["attention_mask"], batch["labels"])
         n = batch["input_ids"].shape[0]
+        # the NLL alone (a coverage loss, where the model adds one, is logged beside it), so
+        # val/loss compares across models and settings
+        loss = out.nll if getattr(out, "nll", None) is not None else out.loss
         self.log("val/loss", loss, on_epoch=True, prog_bar=True, batch_size=n, sync_dist=True)
+        if getattr(out, "coverage", None) is not None:
+            self.log("val/coverage", out.coverage, on_epoch=True, batch_size=n, sync_dist=True)
         if self.trainer.sanity_checking:  # loss only: no need to load the metric model
             return
         for pid, pred, gold in zip(
