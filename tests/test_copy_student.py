@@ -193,7 +193,7 @@ def test_the_model_loss_adds_the_weighted_coverage_of_a_repeated_copy(copy_dir, 
 
 
 def test_config_overrides_take_existing_attributes_only(copy_dir):
-    from densex.propositionizer.module import checked_config_overrides
+    from densex.propositionizer.backbone import checked_config_overrides
 
     assert checked_config_overrides(copy_dir, {"coverage_loss": 1.0}) == {"coverage_loss": 1.0}
     assert checked_config_overrides(copy_dir, None) == {}

@@ -61,6 +61,26 @@ def load_seq2seq(path: str | os.PathLike, **kwargs: Any) -> Any:
     return AutoModelForSeq2SeqLM.from_pretrained(path, **kwargs)
 
 
+def checked_config_overrides(path: str, overrides: dict[str, Any] | None) -> dict[str, Any]:
+    """`overrides` for `from_pretrained(path, **overrides)`, each an existing attribute of the
+    model's config (transformers hands any other key to the model's constructor, which fails
+    far from the config key); a ValueError names the key otherwise."""
+    if not overrides:
+        return {}
+    from transformers import AutoConfig
+
+    import densex.propositionizer.copy_lm  # noqa: F401  (registers the copy student's config)
+
+    config = AutoConfig.from_pretrained(path)
+    unknown = sorted(k for k in overrides if not hasattr(config, k))
+    if unknown:
+        raise ValueError(
+            f"model.config_overrides: {unknown} are not attributes of {type(config).__name__} "
+            f"({path}); e.g. coverage_loss exists for model=minilm-copy only"
+        )
+    return dict(overrides)
+
+
 def output_decoder(tokenizer: Any) -> Callable[[Any, Sequence[str]], list[str]] | None:
     """How generated ids become text for this tokenizer's family: for the copy-aware student,
     `(ids, sources) -> JSON lists` in the sources' surface forms (`surface.py`); None (the

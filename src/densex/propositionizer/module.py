@@ -18,7 +18,12 @@ import pytorch_lightning as pl
 import torch
 
 from densex.metrics.set_f1 import SetF1Result, SetF1Scorer
-from densex.propositionizer.backbone import corrupt_decoder_inputs, load_seq2seq, output_decoder
+from densex.propositionizer.backbone import (
+    checked_config_overrides,
+    corrupt_decoder_inputs,
+    load_seq2seq,
+    output_decoder,
+)
 from densex.propositionizer.export import export_hf
 from densex.propositionizer.parse import parse_propositions
 from densex.utils.logging import get_logger
@@ -61,26 +66,6 @@ def linear_warmup_schedule(
 
     warmup = int(warmup_ratio * num_training_steps)
     return get_linear_schedule_with_warmup(optimizer, warmup, num_training_steps)
-
-
-def checked_config_overrides(path: str, overrides: dict[str, Any] | None) -> dict[str, Any]:
-    """`overrides` for `from_pretrained(path, **overrides)`, each an existing attribute of the
-    model's config (transformers hands any other key to the model's constructor, which fails
-    far from the config key); a ValueError names the key otherwise."""
-    if not overrides:
-        return {}
-    from transformers import AutoConfig
-
-    import densex.propositionizer.copy_lm  # noqa: F401  (registers the copy student's config)
-
-    config = AutoConfig.from_pretrained(path)
-    unknown = sorted(k for k in overrides if not hasattr(config, k))
-    if unknown:
-        raise ValueError(
-            f"model.config_overrides: {unknown} are not attributes of {type(config).__name__} "
-            f"({path}); e.g. coverage_loss exists for model=minilm-copy only"
-        )
-    return dict(overrides)
 
 
 def set_dropout(model: torch.nn.Module, p: float) -> None:
@@ -136,8 +121,8 @@ class PropositionizerModule(pl.LightningModule):
         self.scheduler_factory = scheduler
         path = resolve_model(name_or_path)
         # from_pretrained returns eval mode (dropout off); Lightning keeps submodule modes
-        overrides = checked_config_overrides(path, config_overrides)
-        self.model = load_seq2seq(path, **overrides).train()
+        self.model = load_seq2seq(path, **checked_config_overrides(path, config_overrides))
+        self.model.train()
         self.tokenizer = AutoTokenizer.from_pretrained(path, model_max_length=max_source_length)
         if dropout is not None:  # e.g. 0 for overfitting checks; None keeps the model's own
             set_dropout(self.model, dropout)
@@ -172,15 +157,8 @@ class PropositionizerModule(pl.LightningModule):
         loss_sum = out.loss * n_tokens  # the model's loss is the token mean of this micro-batch
         self._window_tokens += int(n_tokens)
         n = batch["input_ids"].shape[0]
-        self.log(
-            "train/loss",
-            out.loss.detach(),
-            on_step=True,
-            on_epoch=True,
-            prog_bar=True,
-            batch_size=n,
-            sync_dist=True,
-        )
+        kw = {"on_step": True, "on_epoch": True, "prog_bar": True, "sync_dist": True}
+        self.log("train/loss", out.loss.detach(), batch_size=n, **kw)
         for part in ("nll", "coverage"):  # a loss's parts, where the model reports them
             if getattr(out, part, None) is not None:
                 self.log(f"train/{part}", getattr(out, part), on_step=True, batch_size=n)
@@ -228,9 +206,7 @@ class PropositionizerModule(pl.LightningModule):
     def validation_step(self, batch: dict[str, Any], batch_idx: int) -> None:
         out = self(batch["input_ids"], batch["attention_mask"], batch["labels"])
         n = batch["input_ids"].shape[0]
-        # the NLL alone (a coverage loss, where the model adds one, is logged beside it), so
-        # val/loss compares across models and settings
-        loss = out.nll if getattr(out, "nll", None) is not None else out.loss
+        loss = out.nll if getattr(out, "nll", None) is not None else out.loss  # NLL alone
         self.log("val/loss", loss, on_epoch=True, prog_bar=True, batch_size=n, sync_dist=True)
         if getattr(out, "coverage", None) is not None:
             self.log("val/coverage", out.coverage, on_epoch=True, batch_size=n, sync_dist=True)
