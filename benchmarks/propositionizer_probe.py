@@ -43,6 +43,7 @@ from densex.propositionizer.backbone import (
     load_seq2seq,
     output_decoder,
     target_ids,
+    token_nll,
 )
 from densex.propositionizer.copy_build import build_copy_lm
 from densex.propositionizer.pairs import load_squad_open_pairs, split_by_title
@@ -124,8 +125,7 @@ def held_loss(model, tok, held, opts: dict, swap: bool = False) -> float:
             ]
         ids, mask, lab = batch(tok, part, opts["max_total"])
         with autocast(opts["bf16"]):
-            out = model(input_ids=ids, attention_mask=mask, labels=lab)
-            loss = (out.nll if getattr(out, "nll", None) is not None else out.loss).item()
+            loss = token_nll(model(input_ids=ids, attention_mask=mask, labels=lab)).item()
         n = int((lab != -100).sum())
         total, count = total + loss * n, count + n
     return total / count

@@ -61,6 +61,13 @@ def load_seq2seq(path: str | os.PathLike, **kwargs: Any) -> Any:
     return AutoModelForSeq2SeqLM.from_pretrained(path, **kwargs)
 
 
+def token_nll(out: Any) -> Any:
+    """The token-mean NLL of a model output: `out.nll` where the model adds another term to
+    its loss (the copy student's coverage loss), else `out.loss`."""
+    nll = getattr(out, "nll", None)
+    return out.loss if nll is None else nll
+
+
 def checked_config_overrides(path: str, overrides: dict[str, Any] | None) -> dict[str, Any]:
     """`overrides` for `from_pretrained(path, **overrides)`, each an existing attribute of the
     model's config (transformers hands any other key to the model's constructor, which fails

@@ -38,8 +38,9 @@ class ValidationPredictionsWriter(pl.Callback):
 
 class HeapLimit(pl.Callback):
     """glibc heap settings for a fit (`utils/malloc.py`): fixed thresholds (`mmap_threshold`
-    null keeps both of glibc's dynamic thresholds, `trim_threshold` included), a heap trim every `trim_every_n_steps` training batches
-    (null: never) and after each validation (the generation's caches are its largest blocks)."""
+    null keeps both of glibc's dynamic thresholds, `trim_threshold` included), a heap trim
+    every `trim_every_n_steps` training batches (null: never) and after each validation (the
+    generation's caches are its largest blocks)."""
 
     def __init__(
         self,

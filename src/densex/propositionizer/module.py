@@ -23,6 +23,7 @@ from densex.propositionizer.backbone import (
     corrupt_decoder_inputs,
     load_seq2seq,
     output_decoder,
+    token_nll,
 )
 from densex.propositionizer.export import export_hf
 from densex.propositionizer.parse import parse_propositions
@@ -89,8 +90,9 @@ class PropositionizerModule(pl.LightningModule):
     the set-F1 backbone (`SetF1Scorer` arguments). `decoder_input_dropout` masks that share of
     the teacher-forced decoder inputs in training (`backbone.corrupt_decoder_inputs`).
     `config_overrides` set existing attributes of the loaded model's config (e.g. the copy
-    student's `coverage_loss`; they travel with the export; an unknown key is an error). `tiny` and `warm_start` are the build specs
-    the pipeline used to make `name_or_path` (recorded, not used here).
+    student's `coverage_loss`; they travel with the export; an unknown key is an error).
+    `tiny` and `warm_start` are the build specs the pipeline used to make `name_or_path`
+    (recorded, not used here).
     """
 
     def __init__(
@@ -206,8 +208,9 @@ class PropositionizerModule(pl.LightningModule):
     def validation_step(self, batch: dict[str, Any], batch_idx: int) -> None:
         out = self(batch["input_ids"], batch["attention_mask"], batch["labels"])
         n = batch["input_ids"].shape[0]
-        loss = out.nll if getattr(out, "nll", None) is not None else out.loss  # NLL alone
-        self.log("val/loss", loss, on_epoch=True, prog_bar=True, batch_size=n, sync_dist=True)
+        self.log(
+            "val/loss", token_nll(out), on_epoch=True, prog_bar=True, batch_size=n, sync_dist=True
+        )
         if getattr(out, "coverage", None) is not None:
             self.log("val/coverage", out.coverage, on_epoch=True, batch_size=n, sync_dist=True)
         if self.trainer.sanity_checking:  # loss only: no need to load the metric model

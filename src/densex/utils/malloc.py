@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+from functools import lru_cache
 from typing import Any
 
 __all__ = ["set_heap_thresholds", "trim_heap"]
@@ -22,6 +23,7 @@ M_TRIM_THRESHOLD = -1  # glibc's mallopt parameter numbers (malloc.h)
 M_MMAP_THRESHOLD = -3
 
 
+@lru_cache(maxsize=1)  # looked up once: trim_heap runs every few training steps
 def _libc() -> Any | None:
     name = ctypes.util.find_library("c")
     try:
