@@ -9,7 +9,7 @@ entry points (`index.py`, `evaluate.py`, `train.py`), so a merge cannot silently
 | a cached `passage.jsonl` truncated | reused ("units: reusing"), wrong recall, exit 0 | `cache.on_damaged=refuse`: exit 2 naming the file; default: rebuilt |
 | orphan `.*.tmp` files of a killed run | left forever | removed at the next start |
 | teacher replies nested 5,000 deep, 3 MB of garbage, a 1 MB string | `RecursionError`, cached, every rerun crashed; garbage accepted | rejected, counted, never cached; the fallback |
-| `train.py ckpt_path=last` with no checkpoint | `FileNotFoundError` on a missing path | "there is no checkpoint", names the run dir |
+| `train.py ckpt_path=last` with no checkpoint | `FileNotFoundError` on a missing path, after the model was built | preflight: exit 2, one line, "there is no checkpoint", names the run dir, before torch is imported |
 | `torch.load(weights_only=False)` | two places in training | none in the package |
 | flipped bytes in a `.faiss` shard, a truncated `.npy` shard (slow) | R@1 73.3 instead of 74.0, exit 0; `mmap length is greater than file size` | both detected, rebuilt, the clean run's results |
 | a bad question line with `dataset.on_error=skip`, a 10,000-word unit (slow) | skips only in the log; silent truncation | `n_questions_skipped` in `results.jsonl`; `truncated_units` in the manifest |
@@ -180,9 +180,11 @@ def test_hostile_teacher_replies_are_rejected_counted_and_never_cached(tmp_path)
 
 
 def test_ckpt_path_last_without_a_checkpoint_says_so(tmp_path):
-    proc = _entry("train.py", tmp_path / "run", tmp_path / "cache", "model=tiny", "ckpt_path=last")
-    assert proc.returncode != 0
-    assert "there is no checkpoint" in " ".join((proc.stdout + proc.stderr).split())
+    run = tmp_path / "run"
+    proc = _entry("train.py", run, tmp_path / "cache", "model=tiny", "ckpt_path=last")
+    line = _one_line_error(proc)
+    assert line.startswith("error (preflight): ckpt_path=last: there is no checkpoint"), line
+    assert str(run / "checkpoints") in line
 
 
 def test_no_unsafe_torch_load_in_the_package():

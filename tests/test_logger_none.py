@@ -39,6 +39,7 @@ def test_train_with_logger_none(squad_open, minilm_path, tmp_path, one_torch_thr
         "trainer.enable_progress_bar=false",
         f"paths.data_dir={squad_open.parent}",
         f"model.metric.model_type={minilm_path}",
+        "data.limit_train=32",  # the tiny vocabulary is trained on these: 4 batches use 32
         "data.limit_val=4",
         "model.max_new_tokens=8",
         f"paths.cache_dir={tmp_path / 'cache'}",

@@ -612,7 +612,7 @@ def test_overfits_eight_pairs(repo_root, squad_open, minilm_path, tmp_path):
             if p["id"] in shortest:
                 rows.append({**p, "propositions": props[p["id"]]})
     data = write_lines(tmp_path / "eight.jsonl", rows)
-    epochs = 200
+    epochs = 100
     summary = train(
         repo_root,
         tmp_path / "run",
@@ -623,7 +623,7 @@ def test_overfits_eight_pairs(repo_root, squad_open, minilm_path, tmp_path):
         f"trainer.max_epochs={epochs}",
         f"trainer.check_val_every_n_epoch={epochs}",
         "model.optimizer.lr=3e-3",
-        "model.batch_size=4",  # 2 steps per epoch: 400 updates
+        "model.batch_size=4",  # 2 steps per epoch: 200 updates
         "model.per_device_batch_size=4",
         "model.dropout=0",
         "+model/scheduler=linear",

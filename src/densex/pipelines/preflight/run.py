@@ -9,6 +9,8 @@ logging is set up once (`verbose=true` shows everything), then `preflight(cfg, e
   Offline and missing gives one short error naming the config key, the hub id and the
   override to use (`retriever.query_model=/local/dir`, `model.name_or_path=...`, `model=tiny`):
   `preflight/models`, `preflight/hub`;
+- `ckpt_path=last` has a checkpoint to resume, a `ckpt_path` file exists
+  (`train/checkpoints.resume_problem`);
 - the estimated size of the run's outputs, against the free space where they go:
   `preflight/sizes`.
 
@@ -43,6 +45,7 @@ from densex.pipelines.preflight.sizes import (
     warn_space,
 )
 from densex.pipelines.schemas import typed_groups
+from densex.pipelines.train.checkpoints import resume_problem
 from densex.utils.io import DataError
 from densex.utils.logging import get_logger, setup_logging
 
@@ -93,6 +96,8 @@ def preflight(cfg: DictConfig, entry: str) -> dict[str, Any]:
         return {}  # stage=plan reads no input and loads no model: nothing to check
     info: dict[str, Any] = {"inputs": {}, "models": {}}
     if entry == "train":
+        if problem := resume_problem(cfg.get("ckpt_path"), cfg):
+            raise PreflightError(problem)
         info["inputs"] = check_train_data(cfg.data)
         info["models"] = check_train_models(cfg.model)
     else:

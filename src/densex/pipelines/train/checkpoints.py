@@ -2,23 +2,24 @@
 one is best by the monitored metric (read from the checkpoint file itself, ddp_spawn-safe).
 
 Contract: `resolve_ckpt(ckpt_path, cfg)` -> the path to resume from or None (`last` | `auto`
-| a path; a missing one is a `FileNotFoundError`); `best_checkpoint` / `best_score` -> the
+| a path; a missing one is a `FileNotFoundError`); `resume_problem` -> why it cannot resume,
+from the file system alone (preflight's check); `best_checkpoint` / `best_score` -> the
 best checkpoint's path, score and loaded contents; `load_best_weights` puts them in the module.
-Checkpoints are loaded with `weights_only=True`.
+Checkpoints are loaded with `weights_only=True`. torch and Lightning are imported by the
+functions that use them, so preflight can check `ckpt_path` (`check_resume`) before either.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pytorch_lightning as pl
-import torch
 from omegaconf import DictConfig
-from pytorch_lightning.callbacks import ModelCheckpoint
 
 from densex.utils.logging import get_logger
-from densex.utils.resume import newest_checkpoint
+
+if TYPE_CHECKING:
+    import pytorch_lightning as pl
 
 log = get_logger("densex.pipelines.train.run")  # the stage's log lines keep its name
 
@@ -35,6 +36,9 @@ def best_checkpoint(
     under `ddp_spawn` the launcher process gets back only the first checkpoint callback's
     `best_model_path`, never `best_model_score`. ("", None, None) without such a checkpoint.
     """
+    import torch
+    from pytorch_lightning.callbacks import ModelCheckpoint
+
     cbs = [c for c in trainer.checkpoint_callbacks if isinstance(c, ModelCheckpoint)]
     cb = next((c for c in cbs if c.monitor == monitor), None)
     if cb is None:
@@ -80,29 +84,46 @@ def checkpoint_dir(cfg: DictConfig) -> Path:
     return Path(cb.get("dirpath") or Path(cfg.paths.output_dir) / "checkpoints")
 
 
+def resume_problem(ckpt_path: str | None, cfg: DictConfig) -> str | None:
+    """Why `ckpt_path` cannot resume, from the file system alone (no checkpoint is read, so
+    preflight asks before torch is imported); None when it can or is null / `auto`."""
+    if ckpt_path == "last":
+        ckpt_dir = checkpoint_dir(cfg)
+        if not (ckpt_dir.is_dir() and any(p.is_file() for p in ckpt_dir.glob("*.ckpt"))):
+            return _nothing_to_resume(ckpt_dir)
+    elif ckpt_path and ckpt_path != "auto" and not Path(ckpt_path).exists():
+        return f"ckpt_path not found: {ckpt_path}"
+    return None
+
+
+def _nothing_to_resume(ckpt_dir: Path) -> str:
+    return (
+        f"ckpt_path=last: there is no checkpoint in {ckpt_dir} (nothing to resume); "
+        "start fresh with ckpt_path=null, or use ckpt_path=auto to resume when there is one"
+    )
+
+
 def resolve_ckpt(ckpt_path: str | None, cfg: DictConfig) -> str | None:
-    """`last`: the newest checkpoint of this run dir (mid-epoch step checkpoints included),
-    an error saying there is none otherwise; `auto`: the same, or a clean start when there is
-    none (a requeued cluster job); a path must exist."""
+    """`last`: the newest checkpoint of this run dir that loads (mid-epoch step checkpoints
+    included), an error saying there is none otherwise; `auto`: the same, or a clean start
+    when there is none (a requeued cluster job); a path must exist."""
+    from densex.utils.resume import newest_checkpoint
 
     if not ckpt_path:
         return None
-    if ckpt_path in ("last", "auto"):
-        ckpt_dir = checkpoint_dir(cfg)
-        newest = newest_checkpoint(ckpt_dir)
-        if newest is None:
-            if ckpt_path == "auto":
-                log.info("ckpt_path=auto: no checkpoint in %s, starting from scratch", ckpt_dir)
-                return None
-            raise FileNotFoundError(
-                f"ckpt_path=last: there is no checkpoint in {ckpt_dir} (nothing to resume); "
-                "start fresh with ckpt_path=null, or use ckpt_path=auto to resume when there is one"
-            )
-        log.info("resuming from the newest checkpoint %s", newest)
-        return str(newest)
-    if not Path(ckpt_path).exists():
-        raise FileNotFoundError(f"ckpt_path not found: {ckpt_path}")
-    return ckpt_path
+    if ckpt_path not in ("last", "auto"):
+        if problem := resume_problem(ckpt_path, cfg):
+            raise FileNotFoundError(problem)
+        return ckpt_path
+    ckpt_dir = checkpoint_dir(cfg)
+    newest = newest_checkpoint(ckpt_dir)
+    if newest is None:
+        if ckpt_path == "auto":
+            log.info("ckpt_path=auto: no checkpoint in %s, starting from scratch", ckpt_dir)
+            return None
+        raise FileNotFoundError(_nothing_to_resume(ckpt_dir))
+    log.info("resuming from the newest checkpoint %s", newest)
+    return str(newest)
 
 
 def best_score(trainer: pl.Trainer, monitor: str) -> tuple[str, float, dict[str, Any] | None]:
