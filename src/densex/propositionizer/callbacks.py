@@ -1,5 +1,6 @@
-"""Lightning callbacks of propositionizer training: the validation predictions writer and
-glibc's heap limits (`HeapLimit`, `utils/malloc.py`)."""
+"""Lightning callbacks of propositionizer training: the validation predictions writer,
+glibc's heap limits (`HeapLimit`, `utils/malloc.py`) and the weights' moving average
+(`WeightEMA`)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ import os
 from pathlib import Path
 
 import pytorch_lightning as pl
+import torch
+from pytorch_lightning.callbacks import WeightAveraging
 from pytorch_lightning.utilities import rank_zero_only
 
 from densex.utils.io import write_jsonl
@@ -76,3 +79,34 @@ class HeapLimit(pl.Callback):
 
     def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         trim_heap()
+
+
+class EMADecay:
+    """`avg_fn` of `torch.optim.swa_utils.AveragedModel`: an exponential moving average whose
+    decay after n updates is min(`decay`, (1 + n) / (`warmup` + n)), the warm-up of timm's and
+    TensorFlow's EMA (the first weights leave the average within a few updates). A class, not
+    a closure, so the callback pickles (ddp_spawn)."""
+
+    def __init__(self, decay: float = 0.99, warmup: float = 10.0) -> None:
+        if not 0.0 <= decay < 1.0 or warmup < 1.0:
+            raise ValueError(f"EMA decay must be in [0, 1) and warmup >= 1, got {decay}, {warmup}")
+        self.decay, self.warmup = decay, warmup
+
+    def rate(self, n: int) -> float:
+        """The decay applied at the update after `n` earlier ones."""
+        return min(self.decay, (1.0 + n) / (self.warmup + n))
+
+    def __call__(
+        self, averaged: torch.Tensor, current: torch.Tensor, num_averaged: torch.Tensor
+    ) -> torch.Tensor:
+        return torch.lerp(averaged, current, 1.0 - self.rate(int(num_averaged)))
+
+
+class WeightEMA(WeightAveraging):
+    """Validate, checkpoint and export a moving average of the weights (`EMADecay`), updated
+    after every optimizer step (Lightning's `WeightAveraging`: the checkpoints' `state_dict`
+    holds the average, the live weights travel beside it for resuming). Buffers (position
+    ids) are copied, not averaged."""
+
+    def __init__(self, decay: float = 0.99, warmup: float = 10.0) -> None:
+        super().__init__(use_buffers=False, avg_fn=EMADecay(decay, warmup))
