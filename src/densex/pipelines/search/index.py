@@ -189,14 +189,16 @@ def _normal(text: str) -> str:
     return " ".join(str(text).split()).casefold()
 
 
-def open_configs(cfgs: Sequence[DictConfig]) -> IndexSet:
-    """Preflight each composed config, then open (building what is missing) each cell."""
+def open_configs(cfgs: Sequence[DictConfig], checked: bool = False) -> IndexSet:
+    """Preflight each composed config (unless the caller did: `checked`), then open (building
+    what is missing) each cell."""
     if not cfgs:
         raise ValueError("no config to open")
     configure_cache(cache_spec(cfgs[0].get("cache")))
     indexes = []
     for cfg in cfgs:
-        preflight(cfg, "index")
+        if not checked:
+            preflight(cfg, "index")
         times: dict[str, float] = {}
         cell = open_cell(cfg, times)
         log.info("opened %s/%s: %d units, %d passages (%.1f s)", cfg.retriever.name,

@@ -2,8 +2,9 @@
 
 Contract: `run(cfg)` composes one config per granularity of `serve.granularities` (set by
 `serve.py` from `granularity=a,b,c`; else the one granularity) with the job's own overrides,
-opens them through `pipelines.search.index.open_configs` (preflight, then units, embeddings
-and index built when missing, as `evaluate.py` builds them), reads `serve.sweep_dir` when set,
+preflights each (before torch and the index modules are imported), opens them through
+`pipelines.search.index.open_configs` (units, embeddings and index built when missing, as
+`evaluate.py` builds them), reads `serve.sweep_dir` when set,
 and blocks serving `http://{serve.host}:{serve.port}` until interrupted. `main(cfg)` is the
 entry's wrapper: logging, and bad configuration or input ends the process with one line and
 status 2 (the other entries' `preflight.run.fail`).
@@ -14,9 +15,8 @@ from __future__ import annotations
 from omegaconf import DictConfig, OmegaConf
 
 from densex.pipelines.preflight.hub import PreflightError
-from densex.pipelines.preflight.run import fail
+from densex.pipelines.preflight.run import fail, preflight
 from densex.pipelines.search.compose import compose_configs
-from densex.pipelines.search.index import open_configs
 from densex.pipelines.serve.sweep_data import SweepData
 from densex.pipelines.specs import ServeSpec
 from densex.utils.io import DataError
@@ -39,12 +39,16 @@ def job_configs(cfg: DictConfig) -> list[DictConfig]:
 
 def run(cfg: DictConfig) -> None:
     """Open the indexes and serve them until interrupted (see the module doc)."""
+    spec: ServeSpec = OmegaConf.to_object(cfg.serve)
+    cfgs = job_configs(cfg)
+    for c in cfgs:  # bad input fails in seconds, before torch and the index modules load
+        preflight(c, "index")
     import uvicorn  # the serve extra; only this entry needs it
 
+    from densex.pipelines.search.index import open_configs
     from densex.pipelines.serve.app import create_app
 
-    spec: ServeSpec = OmegaConf.to_object(cfg.serve)
-    indexes = open_configs(job_configs(cfg))
+    indexes = open_configs(cfgs, checked=True)
     indexes.compare(["warm-up"], 1)  # load each query encoder before the first request
     sweep = SweepData.load(spec.sweep_dir) if spec.sweep_dir else None
     app = create_app(indexes, spec, sweep)
