@@ -161,6 +161,13 @@ def test_wandb_offline_run_logs_the_cell(tmp_path, monkeypatch):
     (log,) = run_dir.glob("run-*.wandb")
     got = logged(log)  # what W&B would upload, read back from its transaction log
     assert got["name"] == "cell" and got["config"]["retriever"] == "minilm"
+    # a run name built from the command line's overrides never carries URL credentials
+    secret_url = "propositionizer.base_url=http://me:urlpw-canary-1234@127.0.0.1:9/v1"
+    run = init_run(wandb_settings(cfg), save_dir=tmp_path / "second", name="cell-" + secret_url)
+    run.finish()
+    (second,) = (tmp_path / "second" / "wandb").glob("offline-run-*/run-*.wandb")
+    assert logged(second)["name"] == "cell-propositionizer.base_url=http://***@127.0.0.1:9/v1"
+    assert b"urlpw-canary" not in second.read_bytes()
     assert got["history"][0]["recall@5"] == 0.5 and got["history"][0]["n_questions"] == 2
     assert got["summary"]["recall@5"] == 0.5 and got["summary"]["n_questions"] == 2
     assert "retriever" not in got["summary"]  # strings are config, not metrics

@@ -12,7 +12,7 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
-from densex.utils.secrets import redact_config
+from densex.utils.secrets import redact_config, redact_text
 
 
 def wandb_logged_in() -> bool:
@@ -43,7 +43,9 @@ def init_run(
     `pipelines.edge.wandb_settings`), or return None when W&B is not selected (None).
 
     Offline unless the user is logged in (or the settings say `offline: true`); WANDB_MODE
-    still wins, so WANDB_MODE=disabled turns it into a no-op run.
+    still wins, so WANDB_MODE=disabled turns it into a no-op run. The name, group and tags
+    are redacted like the config: a name built from command-line overrides can carry a
+    `base_url` with credentials.
     """
     if settings is None:
         return None
@@ -55,15 +57,19 @@ def init_run(
     return wandb.init(
         project=settings.get("project") or "densex",
         entity=settings.get("entity"),
-        group=settings.get("group"),
-        name=name or settings.get("name"),
-        tags=list(settings.get("tags") or []),
+        group=_redacted(settings.get("group")),
+        name=_redacted(name or settings.get("name")),
+        tags=[redact_text(str(t)) for t in settings.get("tags") or []],
         job_type=job_type or settings.get("job_type"),
         dir=save_dir,
         mode=os.environ.get("WANDB_MODE") or ("offline" if offline else "online"),
         config=redact_config(config) if config is not None else None,  # no secret in W&B
         reinit="finish_previous",
     )
+
+
+def _redacted(text: str | None) -> str | None:
+    return redact_text(str(text)) if text else text
 
 
 def _round(value: Any, digits: int = 2) -> Any:
