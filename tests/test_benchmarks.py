@@ -4,10 +4,13 @@ it measured. Figures are never asserted (they live in the benchmarks' printed ra
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
 from pathlib import Path
+
+import numpy as np
 
 from helpers.env import REPO, subprocess_env
 
@@ -83,3 +86,16 @@ def test_gpu_script_runs_at_toy_shapes_on_cpu() -> None:
     assert re.search(r"search .*: 2,000 x 32 vectors, 16 queries, top-100: [\d,]+ queries/s", out)
     assert re.search(r"train toy T5: [\d.]+M parameters, batch 2 .* [\d,]+ tokens/s.* MFU", out)
     assert "gpu benchmark done" in out
+
+
+def test_st_encode_runs_a_backend_in_another_interpreter(tmp_path: Path) -> None:
+    # what peers.py --st-env runs in .peers/*: here with the torch backend of this interpreter
+    texts = ["Paris is the capital of France.", "The Moon orbits the Earth.", "Bananas."]
+    (tmp_path / "t.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t in texts))
+    out = run_benchmark("st_encode.py", "--backend", "torch", "--texts", str(tmp_path / "t.jsonl"),
+                        "--out", str(tmp_path / "v.npy"))  # fmt: skip
+    info = json.loads(out.strip().splitlines()[-1])
+    assert info["backend"] == "torch" and info["rate"] > 0 and info["transformers"]
+    vectors = np.load(tmp_path / "v.npy")
+    assert vectors.shape == (3, 384) and np.allclose(np.linalg.norm(vectors, axis=1), 1, atol=1e-5)
+    assert vectors[0] @ vectors[1] < 0.5  # different sentences, different vectors

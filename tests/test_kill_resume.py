@@ -174,7 +174,7 @@ def test_evaluate_killed_at_random_then_rerun(tmp_path):
     assert _killed(cmd, [cache, tmp_path / "run"], lambda: cache.exists(), max_delay=8.0, seed=4)
     assert not (tmp_path / "run" / "results.jsonl").exists()  # killed before the end
     _run(cmd)
-    for name in ("retrieval.json", "recall_at_k.csv", "answer_recall_by_words.csv"):
+    for name in ("retrieval.json.gz", "recall_at_k.csv", "answer_recall_by_words.csv"):
         assert (tmp_path / "run" / name).read_bytes() == (tmp_path / "ref" / name).read_bytes()
 
     def metrics(d: Path) -> dict:

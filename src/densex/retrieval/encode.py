@@ -138,6 +138,7 @@ def encode_units_to_dir(
             _write_manifest(out, spec, job, units_path, plan, n_units, run)
             store = EmbeddingStore.open(out)
         clear_claims(out, "emb-")
+        remove_orphans(out)  # temp files of a writer killed while this process encoded
     if trainer is not None:
         trainer.strategy.barrier("densex-manifest")  # the other ranks wait for the manifest
     store.encoded_rows, store.reused = encoded, not wrote and encoded == 0
