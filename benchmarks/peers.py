@@ -5,7 +5,8 @@
 
 1. encode: the first `--n` squad-open passages (all 2,203 by default) with the packaged
    all-MiniLM-L6-v2, through densex's own path (`encode_units_to_dir`: Lightning predict,
-   shards, longest-first) for each `retriever.runtime` (torch, onnx, openvino, onnx + int8),
+   shards, longest-first) for each `retriever.runtime` (torch, onnx, openvino in fp32 and in
+   bf16 (`retriever.precision=bf16-mixed`), onnx + int8),
    against `SentenceTransformer.encode` with each of its backends (torch, onnx, onnx-int8,
    openvino at OpenVINO's default precision for the CPU (bf16 where it has AMX) and at f32).
    A backend that does not load in densex's environment runs in the interpreters given by
@@ -49,6 +50,7 @@ RUNTIMES = {
     "torch": [],
     "onnx": ["retriever.runtime=onnx"],
     "openvino": ["retriever.runtime=openvino"],
+    "openvino-bf16": ["retriever.runtime=openvino", "retriever.precision=bf16-mixed"],
     "onnx-int8": ["retriever.runtime=onnx", "retriever.quantize=int8"],
 }
 ST_BACKENDS = {

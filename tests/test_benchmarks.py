@@ -65,7 +65,7 @@ def test_scale_benchmark(tmp_path: Path) -> None:
 def test_peers_benchmark(squad_open: Path) -> None:
     out = run_benchmark("peers.py", "--n", "12", "--questions", "6", "--search-units", "3000",
                         "--queries", "40", "--square", "6")  # fmt: skip
-    for runtime in ("torch", "onnx", "openvino", "onnx-int8"):
+    for runtime in ("torch", "onnx", "openvino", "openvino-bf16", "onnx-int8"):
         assert re.search(rf"densex +{runtime} +[\d.]+ units/s +\d+ tokens/s per core", out)
         assert re.search(rf"densex {runtime} +R@5 +[\d.]+ +R@20", out)
     assert re.search(r"sentence-transformers +torch +[\d.]+ units/s", out)

@@ -73,6 +73,18 @@ def test_int8_is_close_to_fp32(passages, torch_vectors, tmp_path) -> None:
     assert (queries * torch_vectors[1]).sum(1).min() > 0.9
 
 
+def test_openvino_bf16_is_close_to_fp32_and_keyed_apart(passages, torch_vectors, tmp_path) -> None:
+    spec = minilm(tmp_path, "retriever.runtime=openvino", "retriever.precision=bf16-mixed")
+    units, queries = encode(spec, passages)
+    assert (units * torch_vectors[0]).sum(1).min() > 0.995  # bf16 matmuls, fp32 accumulation
+    assert (queries * torch_vectors[1]).sum(1).min() > 0.995
+    ov = pytest.importorskip("openvino")
+    if "BF16" in ov.Core().get_property("CPU", "OPTIMIZATION_CAPABILITIES"):
+        assert np.abs(units - torch_vectors[0]).max() > 1e-5  # it really ran in bf16
+    f32 = minilm(tmp_path, "retriever.runtime=openvino").cache_fields("doc")
+    assert spec.cache_fields("doc") != f32  # the precision is in the embeddings' key
+
+
 def test_export_is_reused_verified_and_rebuilt(passages, tmp_path, caplog) -> None:
     spec = minilm(tmp_path, "retriever.runtime=onnx")
     first, _ = encode(spec, passages[:2])
@@ -109,7 +121,8 @@ def test_cache_keys_keep_runtimes_apart(tmp_path) -> None:
     [
         (("retriever.quantize=int8",), "quantize int8 needs runtime onnx"),
         (("retriever.runtime=openvino", "retriever.quantize=int8"), "needs runtime onnx"),
-        (("retriever.runtime=onnx", "retriever.precision=bf16-mixed"), "precision must be"),
+        (("retriever.runtime=onnx", "retriever.precision=bf16-mixed"), "in precision 32-true,"),
+        (("retriever.runtime=openvino", "retriever.precision=16-mixed"), "32-true or bf16-mixed"),
         (("retriever.runtime=tensorrt",), "runtime"),
     ],
 )

@@ -56,7 +56,8 @@ class RetrieverSpec:
     doc_prefix: str = ""
     batch_size: int = 64
     dtype: str = "float32"  # storage dtype of unit embeddings
-    # what encoding runs in (not the trainer's precision): 32-true | bf16-mixed | 16-mixed
+    # what encoding runs in (not the trainer's precision): 32-true | bf16-mixed | 16-mixed;
+    # runtime openvino: 32-true or bf16-mixed (OpenVINO's bf16 inference precision); onnx: 32-true
     precision: str = "32-true"
     device: str | None = None  # for query encoding / encode_units; None = cuda if available
     # torch | onnx | openvino: the same forward, exported once to ONNX (`retrieval.runtimes`)
@@ -99,16 +100,18 @@ class RetrieverSpec:
                 raise ValueError(f"retriever {self.name!r}: dim is only for type hash")
 
     def _check_runtime(self) -> None:
-        """int8 runs in onnxruntime only; exported graphs run in fp32 (no autocast)."""
+        """int8 runs in onnxruntime only; onnxruntime runs the exported graph in fp32, OpenVINO
+        in fp32 or bf16 (`precision: bf16-mixed`: its bf16 inference precision)."""
         if self.quantize == "int8" and self.runtime != "onnx" and self.type != "hash":
             raise ValueError(
                 f"retriever {self.name!r}: quantize int8 needs runtime onnx (onnxruntime's "
                 f"dynamic int8), got runtime {self.runtime!r}"
             )
-        if self.runtime != "torch" and self.precision != "32-true" and self.type != "hash":
+        allowed = {"torch": PRECISIONS, "onnx": ("32-true",), "openvino": ("32-true", "bf16-mixed")}
+        if self.type != "hash" and self.precision not in allowed[self.runtime]:
             raise ValueError(
-                f"retriever {self.name!r}: runtime {self.runtime!r} runs the exported fp32 graph;"
-                f" precision must be 32-true, got {self.precision!r}"
+                f"retriever {self.name!r}: runtime {self.runtime!r} runs the exported graph in "
+                f"precision {' or '.join(allowed[self.runtime])}, got {self.precision!r}"
             )
 
     @classmethod
