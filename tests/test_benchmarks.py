@@ -92,10 +92,14 @@ def test_st_encode_runs_a_backend_in_another_interpreter(tmp_path: Path) -> None
     # what peers.py --st-env runs in .peers/*: here with the torch backend of this interpreter
     texts = ["Paris is the capital of France.", "The Moon orbits the Earth.", "Bananas."]
     (tmp_path / "t.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t in texts))
+    (tmp_path / "q.jsonl").write_text(json.dumps({"text": "What is France's capital?"}) + "\n")
     out = run_benchmark("st_encode.py", "--backend", "torch", "--texts", str(tmp_path / "t.jsonl"),
-                        "--out", str(tmp_path / "v.npy"))  # fmt: skip
+                        "--out", str(tmp_path / "v.npy"), "--queries", str(tmp_path / "q.jsonl"),
+                        "--queries-out", str(tmp_path / "q.npy"))  # fmt: skip
     info = json.loads(out.strip().splitlines()[-1])
     assert info["backend"] == "torch" and info["rate"] > 0 and info["transformers"]
     vectors = np.load(tmp_path / "v.npy")
     assert vectors.shape == (3, 384) and np.allclose(np.linalg.norm(vectors, axis=1), 1, atol=1e-5)
     assert vectors[0] @ vectors[1] < 0.5  # different sentences, different vectors
+    (query,) = np.load(tmp_path / "q.npy")  # the queries, by the same model
+    assert int(np.argmax(vectors @ query)) == 0

@@ -74,11 +74,11 @@ def test_int8_is_close_to_fp32(passages, torch_vectors, tmp_path) -> None:
 
 
 def test_openvino_bf16_is_close_to_fp32_and_keyed_apart(passages, torch_vectors, tmp_path) -> None:
+    ov = pytest.importorskip("openvino")
     spec = minilm(tmp_path, "retriever.runtime=openvino", "retriever.precision=bf16-mixed")
     units, queries = encode(spec, passages)
     assert (units * torch_vectors[0]).sum(1).min() > 0.995  # bf16 matmuls, fp32 accumulation
     assert (queries * torch_vectors[1]).sum(1).min() > 0.995
-    ov = pytest.importorskip("openvino")
     if "BF16" in ov.Core().get_property("CPU", "OPTIMIZATION_CAPABILITIES"):
         assert np.abs(units - torch_vectors[0]).max() > 1e-5  # it really ran in bf16
     f32 = minilm(tmp_path, "retriever.runtime=openvino").cache_fields("doc")
