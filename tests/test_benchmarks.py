@@ -103,3 +103,19 @@ def test_st_encode_runs_a_backend_in_another_interpreter(tmp_path: Path) -> None
     assert vectors[0] @ vectors[1] < 0.5  # different sentences, different vectors
     (query,) = np.load(tmp_path / "q.npy")  # the queries, by the same model
     assert int(np.argmax(vectors @ query)) == 0
+
+
+def test_propositionizer_speed_forces_the_teacher_length(squad_open: Path, tmp_path: Path) -> None:
+    from densex.propositionizer.copy_build import build_copy_lm
+
+    student = build_copy_lm(tmp_path / "student")  # untrained: the timing path, not quality
+    out = run_benchmark(
+        "propositionizer_speed.py", "student:2", "tiny:2", "--batch", "2", "--student",
+        str(student), "--propositions", str(squad_open / "propositions.jsonl"),
+    )  # fmt: skip
+    assert re.search(r"^student +2 +[\d.]+ +[\d.]+ +[\d.]+ +[\d,]+$", out, re.M)
+    rows = {r["spec"]: r for r in json.loads(out.splitlines()[-1])["rows"]}
+    tiny = rows["tiny"]  # made to write what its JSON format needs for the teacher's lists
+    assert tiny["forced_length"] > 20
+    assert tiny["tokens_per_passage"] == tiny["forced_length"]
+    assert rows["student"]["forced_length"] is None

@@ -80,12 +80,14 @@ class PropositionGenerator(pl.LightningModule):
             return
         from transformers import AutoTokenizer  # lazy: seconds to import
 
-        self.tokenizer = AutoTokenizer.from_pretrained(self.model_name_or_path)
-        self.tokenizer.model_max_length = self.max_source_length
         # loaded directly in an explicit dtype; `auto` waits for the device (on_predict_start)
         dtype = torch.float32 if self.dtype_name == "auto" else resolve_dtype(self.dtype_name)
         self.model = load_seq2seq(self.model_name_or_path, dtype=dtype)
         self.model.eval()
+        # after the model: loading it registers the copy student's config, without which
+        # AutoTokenizer reads its config.json as an unknown model type and warns
+        self.tokenizer = AutoTokenizer.from_pretrained(self.model_name_or_path)
+        self.tokenizer.model_max_length = self.max_source_length
 
     def on_predict_start(self) -> None:
         self.model.to(resolve_dtype(self.dtype_name, self.device))
