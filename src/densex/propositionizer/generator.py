@@ -22,6 +22,7 @@ from densex.utils.io import DataError, read_jsonl, write_jsonl
 from densex.utils.locks import claim_each, release
 from densex.utils.logging import get_logger
 from densex.utils.models import resolve_dtype
+from densex.utils.progress import Progress, is_tty
 from densex.utils.records import Record
 from densex.utils.shards import rank_share
 
@@ -107,16 +108,22 @@ class PropositionGenerator(pl.LightningModule):
         it hit `max_new_tokens` without an end-of-sequence token (likely cut off)."""
         if self.model is None:
             self.setup()
-        return generate_sorted(
-            self.model,
-            self.tokenizer,
-            sources,
-            self.batch_size,
-            self.max_new_tokens,
-            self.num_beams,
-            decode=output_decoder(self.tokenizer),
-            generate_kwargs=self.generate_kwargs,
-        )
+        # a shard can take minutes on a CPU: periodic log lines within it where no bar is
+        # drawn (a terminal has Lightning's bar, one step per shard), and its rate at the end
+        every = float("inf") if is_tty() else None
+        with Progress("propositions", len(sources), "passages", every, tty=False) as progress:
+            out = generate_sorted(
+                self.model,
+                self.tokenizer,
+                sources,
+                self.batch_size,
+                self.max_new_tokens,
+                self.num_beams,
+                on_batch=progress.advance,
+                decode=output_decoder(self.tokenizer),
+                generate_kwargs=self.generate_kwargs,
+            )
+        return out
 
     def predict_step(self, batch: Record, batch_idx: int) -> dict[str, Any]:
         texts, cut = self.generate(batch["sources"])
