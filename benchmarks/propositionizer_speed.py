@@ -4,7 +4,8 @@ Every spec generates for the same `--n` passages (`--passages`, default the firs
 shared squad-open corpus) through the pipeline's own loop (`utils.generation.generate_sorted`:
 length-sorted batches of `--batch`, greedy), in one process, one spec after another, and
 prints passages/s, generated tokens/s and what FactoidWiki's 41M passages would take at that
-rate on this machine. Specs (`NAME[:N]`, N overriding `--n` for that spec):
+rate on this machine. Specs (`NAME[@BEAMS][:N]`: beam search of that width, the student
+only; N overriding `--n` for that spec):
 
 - `student`: the trained copy-aware export `--student DIR`, decoding as the held-out
   evaluation does (coverage penalty `--beta`); its own output length.
@@ -108,6 +109,7 @@ def run(
     batch: int,
     length: int | None,
     beta: float | None,
+    num_beams: int = 1,
 ) -> dict[str, float]:
     """Generate for `sources`: exactly `length` tokens each, or (None) until the model ends.
     Returns seconds, passages/s, generated tokens per passage and tokens/s."""
@@ -131,7 +133,9 @@ def run(
     if beta:
         kwargs["coverage_penalty"] = beta
     start = time.perf_counter()
-    generate_sorted(model, tok, sources, batch, length or 512, decode=count, generate_kwargs=kwargs)
+    generate_sorted(
+        model, tok, sources, batch, length or 512, num_beams, decode=count, generate_kwargs=kwargs
+    )
     seconds = time.perf_counter() - start
     tokens = sum(generated)
     return {
@@ -162,14 +166,15 @@ def main() -> None:
     if args.propositions:
         teacher = {r["id"]: r["propositions"] for r in read_jsonl(args.propositions)}
     specs = [(s.split(":")[0], int(s.split(":")[1]) if ":" in s else args.n) for s in args.specs]
-    specs.sort(key=lambda s: s[0] != "student")  # the student first: its length is the fallback
+    specs.sort(key=lambda s: not s[0].startswith("student"))  # its length is the fallback
     rows, student_length = [], None
     print(
         f"{'spec':<14} {'n':>4} {'tokens/passage':>14} {'passages/s':>10} {'tokens/s':>9} "
         f"{'41M passages (h)':>16}"
     )
     with tempfile.TemporaryDirectory() as tmp:
-        for name, n in specs:
+        for spec, n in specs:
+            name, _, beams = spec.partition("@")
             chosen = passages[:n]
             sources = [passage_source(p) for p in chosen]
             targets = [format_target(teacher[p["id"]]) for p in chosen if p["id"] in teacher]
@@ -185,17 +190,16 @@ def main() -> None:
                     length = round(student_length)
                 else:
                     raise SystemExit(f"{name}: give --propositions or measure 'student' first")
-            row = run(
-                model, tok, sources, args.batch, length, args.beta if name == "student" else None
-            )
-            if name == "student":
+            beta = args.beta if name == "student" else None
+            row = run(model, tok, sources, args.batch, length, beta, int(beams or 1))
+            if name == "student" and student_length is None:
                 student_length = row["tokens_per_passage"]
             hours = FACTOIDWIKI_PASSAGES / row["passages_per_s"] / 3600
             rows.append(
-                {"spec": name, "n": n, "forced_length": length, **row, "factoidwiki_h": hours}
+                {"spec": spec, "n": n, "forced_length": length, **row, "factoidwiki_h": hours}
             )
             print(
-                f"{name:<14} {n:>4} {row['tokens_per_passage']:>14.1f} "
+                f"{spec:<14} {n:>4} {row['tokens_per_passage']:>14.1f} "
                 f"{row['passages_per_s']:>10.2f} {row['tokens_per_s']:>9.1f} {hours:>16,.0f}",
                 flush=True,
             )

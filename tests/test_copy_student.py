@@ -12,7 +12,12 @@ import torch
 
 from densex.propositionizer.backbone import load_seq2seq, output_decoder, target_ids
 from densex.propositionizer.copy_build import cached_copy_lm
-from densex.propositionizer.copy_decode import ban_repeated_ngrams, decode, decode_step
+from densex.propositionizer.copy_decode import (
+    ban_repeated_ngrams,
+    ban_repeated_propositions,
+    decode,
+    decode_step,
+)
 from densex.propositionizer.copy_lm import coverage_loss
 from densex.propositionizer.generator import PropositionGenerator
 from densex.propositionizer.module import set_dropout
@@ -160,6 +165,51 @@ def test_the_copy_head_learns_to_copy_held_out_sources_exactly(copy_dir, sentenc
     exact = [json.loads(t) == [s] for t, s in zip(texts, held)]
     assert sum(exact) >= 11, [t for t, ok in zip(texts, exact) if not ok]
     assert sum(cut) <= 1
+
+
+def test_ban_repeated_propositions_bans_closing_a_proposition_written_before():
+    prop, sep = 9, 8
+    fed = torch.tensor(
+        [
+            [101, 5, 6, prop, 5, 6],  # "5 6" again: closing it is banned
+            [101, 5, 6, prop, 5, 7],  # new
+            [101, 5, 6, prop, 6, 5],  # the same tokens in another order: new
+            [101, 5, 6, prop, 7, prop],  # nothing open yet
+            [101, 6, prop, 5, 6, 6],  # "6" is the tail of the open one, not all of it
+        ]
+    )
+    logp = ban_repeated_propositions(torch.zeros(5, 10), fed, torch.tensor([prop, sep]))
+    assert [torch.isinf(r).nonzero().flatten().tolist() for r in logp] == [[8, 9], [], [], [], []]
+    fed = torch.tensor([[101, 5, 6, prop, 7, prop, 5, 6]])  # an earlier one, not the last
+    logp = ban_repeated_propositions(torch.zeros(1, 10), fed, torch.tensor([prop, sep]))
+    assert torch.isinf(logp).nonzero()[:, 1].tolist() == [8, 9]
+
+
+@pytest.mark.parametrize("num_beams", [1, 2])
+def test_no_repeat_proposition_reaches_every_decoding_step(
+    copy_dir, sentences, num_beams, monkeypatch
+):
+    """`propositionizer.no_repeat_proposition` goes from the generator through `generate` to
+    every decoding step, with the student's `[PROP]` and `[SEP]` as the closing tokens."""
+    import densex.propositionizer.copy_decode as copy_decode
+
+    seen = []
+
+    def spy(logp, fed, closers):
+        seen.append((fed.shape, closers.tolist()))
+        return ban_repeated_propositions(logp, fed, closers)
+
+    monkeypatch.setattr(copy_decode, "ban_repeated_propositions", spy)
+    gen = PropositionGenerator(copy_dir, batch_size=2, max_new_tokens=6, num_beams=num_beams)
+    gen.generate(sentences[:2])
+    assert seen == []
+    ruled = PropositionGenerator(
+        copy_dir, batch_size=2, max_new_tokens=6, num_beams=num_beams, no_repeat_proposition=True
+    )
+    ruled.generate(sentences[:2])
+    cfg = ruled.model.config
+    assert len(seen) == 6 and {tuple(c) for _, c in seen} == {(cfg.prop_token_id, cfg.eos_token_id)}
+    assert seen[0][0] == (2 * num_beams, 1) and seen[-1][0] == (2 * num_beams, 6)
 
 
 def test_coverage_loss_counts_attention_to_already_covered_source_positions():

@@ -15,15 +15,23 @@ failure is to copy the same source span again and again. `coverage_penalty` β s
 each source candidate's copy attention summed over the steps so far from its copy score (the
 coverage of See et al. 2017, applied at decoding only), so a span already copied is less
 likely to be copied again while a subject the target repeats still can be.
+`no_repeat_proposition` bans, per row, the tokens that close a proposition (`[PROP]`, `[SEP]`)
+while the open proposition equals one the row has already closed: a student that cannot phrase
+a sentence's next clause as a proposition of its own writes the previous one again (greedy, 58%
+of its propositions were duplicates); under beam search the banned hypothesis gives way to one
+that goes on.
 """
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import torch
 
-__all__ = ["decode", "decode_step"]
+__all__ = ["ban_repeated_propositions", "ban_repeated_ngrams", "decode", "decode_step"]
+
+_HASH_BASE, _HASH_MOD = 1_000_003, 2_147_483_647  # products stay far below 2**63
 
 
 def decode(
@@ -34,10 +42,14 @@ def decode(
     num_beams: int = 1,
     no_repeat_ngram_size: int | None = None,
     coverage_penalty: float | None = None,
+    no_repeat_proposition: bool | None = None,
 ) -> torch.Tensor:
     """Generated ids (B, 1 + n) for each source row (module docstring)."""
     src = model.encode_source(input_ids, attention_mask)
     src["no_repeat"] = int(no_repeat_ngram_size or 0)
+    if no_repeat_proposition:
+        cfg = model.config
+        src["closers"] = (cfg.prop_token_id, cfg.eos_token_id)  # not a tensor: not per row
     if coverage_penalty:  # the copy attention summed over the steps so far, per candidate
         src["coverage"] = torch.zeros(src["copy_ids"].shape, device=input_ids.device)
         src["coverage_penalty"] = float(coverage_penalty)
@@ -64,6 +76,8 @@ def decode_step(model: Any, src: dict, cache: list, fed: torch.Tensor, t: int) -
     logp[:, banned] = float("-inf")
     if src.get("no_repeat", 0) > 1:
         logp = ban_repeated_ngrams(logp, fed, src["no_repeat"])
+    if "closers" in src:
+        logp = ban_repeated_propositions(logp, fed, fed.new_tensor(src["closers"]))
     return logp, cache
 
 
@@ -78,6 +92,52 @@ def ban_repeated_ngrams(logp: torch.Tensor, fed: torch.Tensor, n: int) -> torch.
     match = (windows[:, :, :-1] == seq[:, None, 1 - n :]).all(-1)
     rows, at = match.nonzero(as_tuple=True)
     return logp.index_put((rows, windows[rows, at, -1]), logp.new_tensor(float("-inf")))
+
+
+def ban_repeated_propositions(
+    logp: torch.Tensor, fed: torch.Tensor, closers: torch.Tensor
+) -> torch.Tensor:
+    """`logp` (R, V) with -inf at every token of `closers` in each row of `fed` (R, t + 1;
+    column 0 the start token) whose open proposition (the tokens after its last closer) is not
+    empty and equals a proposition the row has closed. Propositions are compared by a
+    polynomial hash of their tokens and their length, all rows at once."""
+    seq = fed[:, 1:]
+    rows, width = seq.shape
+    if width == 0:
+        return logp
+    closes = torch.isin(seq, closers)
+    segment = closes.long().cumsum(1) - closes.long()  # a closer belongs to what it closes
+    at = torch.arange(width, device=seq.device).expand(rows, -1)
+    after = torch.where(closes, at + 1, 0).cummax(1).values  # first index after each closer
+    start = torch.cat([after.new_zeros(rows, 1), after[:, :-1]], 1)  # of each token's segment
+    powers = _powers(width, seq.device)[at - start]
+    terms = torch.where(closes, 0, (seq + 1) * powers % _HASH_MOD)
+    n = int(segment.max()) + 1
+    hashes = seq.new_zeros(rows, n).scatter_add_(1, segment, terms) % _HASH_MOD
+    sizes = seq.new_zeros(rows, n).scatter_add_(1, segment, (~closes).long())
+    open_ = closes.long().sum(1, keepdim=True)  # the open segment's id = closers so far
+    open_hash = hashes.gather(1, open_.clamp_max(n - 1))
+    open_size = torch.where(open_ < n, sizes.gather(1, open_.clamp_max(n - 1)), 0)
+    closed = torch.arange(n, device=seq.device)[None, :] < open_
+    same = closed & (hashes == open_hash) & (sizes == open_size) & (open_size > 0)
+    hit = same.any(1).nonzero().flatten()
+    if len(hit):
+        logp[hit[:, None], closers[None, :]] = float("-inf")
+    return logp
+
+
+def _powers(n: int, device: torch.device) -> torch.Tensor:
+    """`_HASH_BASE ** i % _HASH_MOD` for i < n."""
+    return _power_table(max(512, 1 << (n - 1).bit_length()), str(device))[:n]
+
+
+@functools.lru_cache(maxsize=8)
+def _power_table(n: int, device: str) -> torch.Tensor:
+    out, p = [], 1
+    for _ in range(n):
+        out.append(p)
+        p = p * _HASH_BASE % _HASH_MOD
+    return torch.tensor(out, dtype=torch.long, device=device)
 
 
 def _greedy(model: Any, src: dict, steps: int) -> torch.Tensor:

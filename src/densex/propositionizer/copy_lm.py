@@ -48,8 +48,8 @@ NGRAM = 4  # the copy head's continuation bonus looks at up to this many previou
 class CopyLMConfig(BertConfig):
     """BERT's config plus the student's: `use_copy` (False: the plain prefix LM, for the
     ablation), the copy attention's initial scale and n-gram bonus, the proposition
-    separator's id, the target segment's token type, the decoding's `no_repeat_ngram_size`
-    and `coverage_penalty` (null: none; `copy_decode.py`), kept here because config.json
+    separator's id, the target segment's token type, the decoding's `no_repeat_ngram_size`,
+    `coverage_penalty` and `no_repeat_proposition` (null: none; `copy_decode.py`), kept here because config.json
     travels with an export, and the training's `coverage_loss` weight (0: none;
     `coverage_loss`)."""
 
@@ -65,6 +65,7 @@ class CopyLMConfig(BertConfig):
         no_repeat_ngram_size: int | None = None,
         coverage_penalty: float | None = None,
         coverage_loss: float = 0.0,
+        no_repeat_proposition: bool | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -76,6 +77,7 @@ class CopyLMConfig(BertConfig):
         self.no_repeat_ngram_size = no_repeat_ngram_size
         self.coverage_penalty = coverage_penalty
         self.coverage_loss = coverage_loss
+        self.no_repeat_proposition = no_repeat_proposition
 
 
 @dataclass
@@ -308,6 +310,7 @@ class CopyPrefixLM(BertPreTrainedModel):
         num_beams: int = 1,
         no_repeat_ngram_size: int | None = None,
         coverage_penalty: float | None = None,
+        no_repeat_proposition: bool | None = None,
         **_: Any,
     ) -> torch.Tensor:
         """Greedy (`num_beams` 1) or beam decoding (`copy_decode.decode`); a null decoding rule
@@ -316,6 +319,8 @@ class CopyPrefixLM(BertPreTrainedModel):
             no_repeat_ngram_size = getattr(self.config, "no_repeat_ngram_size", None)
         if coverage_penalty is None:
             coverage_penalty = getattr(self.config, "coverage_penalty", None)
+        if no_repeat_proposition is None:
+            no_repeat_proposition = getattr(self.config, "no_repeat_proposition", None)
         return decode(
             self,
             input_ids,
@@ -324,6 +329,7 @@ class CopyPrefixLM(BertPreTrainedModel):
             num_beams,
             no_repeat_ngram_size,
             coverage_penalty,
+            no_repeat_proposition,
         )
 
 

@@ -60,6 +60,7 @@ class PropositionGenerator(pl.LightningModule):
         shard_dir: str | os.PathLike | None = None,
         no_repeat_ngram_size: int | None = None,
         coverage_penalty: float | None = None,
+        no_repeat_proposition: bool | None = None,
     ):
         super().__init__()
         self.model_name_or_path = model_name_or_path
@@ -70,7 +71,11 @@ class PropositionGenerator(pl.LightningModule):
         self.max_new_tokens = max_new_tokens
         self.num_beams = num_beams
         # decoding rules, passed to `generate` only when set (settings.ModelSettings)
-        rules = {"no_repeat_ngram_size": no_repeat_ngram_size, "coverage_penalty": coverage_penalty}
+        rules = {
+            "no_repeat_ngram_size": no_repeat_ngram_size,
+            "coverage_penalty": coverage_penalty,
+            "no_repeat_proposition": no_repeat_proposition,
+        }
         self.generate_kwargs = {k: v for k, v in rules.items() if v is not None}
         self.dtype_name = dtype
         self.model = None

@@ -31,7 +31,7 @@ class PropositionizerSettings(ParseLimits):
 
 # ModelSettings' decoding rules, passed to `generate` and keyed only when set (they came after
 # published keys)
-DECODING_RULES = ("no_repeat_ngram_size", "coverage_penalty")
+DECODING_RULES = ("no_repeat_ngram_size", "coverage_penalty", "no_repeat_proposition")
 
 
 @dataclass
@@ -51,6 +51,8 @@ class ModelSettings(PropositionizerSettings):
     # the copy student only (model=minilm-copy): subtract this times each source position's
     # copy attention so far from its copy score (See et al. 2017's coverage, at decoding)
     coverage_penalty: float | None = None
+    # the copy student only: never close a proposition equal to one already written
+    no_repeat_proposition: bool | None = None
     shard_size: int = 256  # passages per resumable shard
 
 
