@@ -151,3 +151,19 @@ def test_train_help_lists_exactly_the_groups_train_reads(repo_root):
     for group, options in listed.items():
         assert options == {p.stem for p in (repo_root / "conf" / group).glob("*.yaml")}, group
     assert "retriever" not in cfg.hydra.help.template
+
+
+@pytest.mark.parametrize("rule", ["coverage_penalty=2", "no_repeat_proposition=true"])
+def test_a_copy_student_rule_on_another_model_names_the_key(repo_root, tiny_t5, tmp_path, rule):
+    generate = ["corpus=demo", "granularity=proposition", "corpus.propositions=null"]
+    cfg = _cfg(repo_root, "evaluate", *generate, "propositionizer=model",
+               f"propositionizer.model={tiny_t5}", f"propositionizer.{rule}")  # fmt: skip
+    key = rule.split("=")[0]
+    with pytest.raises(PreflightError, match=rf"propositionizer\.{key}=.* copy student .*'t5'"):
+        preflight(cfg, "evaluate")
+    student = tmp_path / "student"  # what preflight reads of an export: its config.json
+    student.mkdir()
+    (student / "config.json").write_text('{"model_type": "densex-copy-lm"}')
+    cfg = _cfg(repo_root, "evaluate", *generate, "propositionizer=model",
+               f"propositionizer.model={student}", f"propositionizer.{rule}")  # fmt: skip
+    assert preflight(cfg, "evaluate")["models"]["propositionizer.model"] == "local"

@@ -38,10 +38,11 @@ from transformers.modeling_outputs import ModelOutput
 from transformers.models.bert.modeling_bert import BertModel, BertPreTrainedModel
 
 from densex.propositionizer.copy_decode import decode
+from densex.propositionizer.surface import COPY_MODEL_TYPE
 
 __all__ = ["MODEL_TYPE", "CopyLMConfig", "CopyLMOutput", "CopyPrefixLM", "coverage_loss"]
 
-MODEL_TYPE = "densex-copy-lm"
+MODEL_TYPE = COPY_MODEL_TYPE
 NGRAM = 4  # the copy head's continuation bonus looks at up to this many previous tokens
 
 

@@ -19,9 +19,10 @@ from typing import Any
 
 from densex.propositionizer.pairs import format_target
 
-__all__ = ["PROP_TOKEN", "decode_propositions", "split_ids"]
+__all__ = ["COPY_MODEL_TYPE", "PROP_TOKEN", "decode_propositions", "split_ids"]
 
 PROP_TOKEN = "[PROP]"  # the one token between two propositions of a copy-aware target
+COPY_MODEL_TYPE = "densex-copy-lm"  # its config.json `model_type` (`copy_lm.CopyLMConfig`)
 
 _NO_SPACE_BEFORE = tuple(".,;:!?)]}%'")
 

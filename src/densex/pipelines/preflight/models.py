@@ -9,10 +9,18 @@ the override that fixes it.
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 from omegaconf import DictConfig
 
 from densex.pipelines.index.units import generates_propositions
-from densex.pipelines.preflight.hub import check_model
+from densex.pipelines.preflight.hub import PreflightError, check_model
+from densex.propositionizer.surface import COPY_MODEL_TYPE
+from densex.utils.models import resolve_model
+
+# decoding rules that exist for the copy-aware student only (`copy_decode.py`)
+COPY_STUDENT_RULES = ("coverage_penalty", "no_repeat_proposition")
 
 
 def check_retrieval_models(cfg: DictConfig, entry: str) -> dict[str, str]:
@@ -39,7 +47,26 @@ def check_retrieval_models(cfg: DictConfig, entry: str) -> dict[str, str]:
         found["propositionizer.model"] = check_model(
             prop.get("model"), "propositionizer.model", ["propositionizer.model=/local/dir"]
         )
+        check_copy_student_rules(prop)
     return found
+
+
+def check_copy_student_rules(prop: DictConfig) -> None:
+    """A copy-student decoding rule set for a model that is not one (read from its local
+    `config.json`; a hub model not downloaded yet is not read): a `PreflightError` naming the
+    key, before the model loads (transformers would reject the unknown `generate` argument
+    only then)."""
+    rules = [r for r in COPY_STUDENT_RULES if prop.get(r) not in (None, False, 0)]
+    config = Path(resolve_model(str(prop.get("model")))) / "config.json"
+    if not rules or not config.is_file():
+        return
+    model_type = json.loads(config.read_text(encoding="utf-8")).get("model_type")
+    if model_type != COPY_MODEL_TYPE:
+        raise PreflightError(
+            f"propositionizer.{rules[0]}={prop.get(rules[0])} is a decoding rule of the copy "
+            f"student (model=minilm-copy), but {prop.get('model')} is a {model_type!r} model. "
+            f"Fix: propositionizer.{rules[0]}=null"
+        )
 
 
 def check_train_models(model: DictConfig) -> dict[str, str]:
