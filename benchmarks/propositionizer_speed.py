@@ -2,13 +2,14 @@
 
 Every spec generates for the same `--n` passages (`--passages`, default the first of the
 shared squad-open corpus) through the pipeline's own loop (`utils.generation.generate_sorted`:
-length-sorted batches of `--batch`, greedy), in one process, one spec after another, and
+length-sorted batches of `--batch`, greedy unless a spec asks for beams), in one process, one spec after another, and
 prints passages/s, generated tokens/s and what FactoidWiki's 41M passages would take at that
-rate on this machine. Specs (`NAME[@BEAMS][:N]`: beam search of that width, the student
-only; N overriding `--n` for that spec):
+rate on this machine. Specs (`NAME[@BEAMS][:N]`: beam search of that width; N overriding
+`--n` for that spec):
 
 - `student`: the trained copy-aware export `--student DIR`, decoding as the held-out
-  evaluation does (coverage penalty `--beta`); its own output length.
+  evaluation does (coverage penalty `--beta`, `--no-repeat-proposition`); its own output
+  length.
 - `bert2bert`: `model=minilm-bert2bert`'s architecture (MiniLM encoder, 3 decoder layers with
   cross-attention), as built before training;
 - `tiny`: `model=tiny`'s T5 (the test model);
@@ -108,7 +109,7 @@ def run(
     sources: Sequence[str],
     batch: int,
     length: int | None,
-    beta: float | None,
+    rules: dict[str, Any],
     num_beams: int = 1,
 ) -> dict[str, float]:
     """Generate for `sources`: exactly `length` tokens each, or (None) until the model ends.
@@ -127,11 +128,9 @@ def run(
         decode = output_decoder(tok)
         return decode(ids, batch_sources) if decode else [""] * len(batch_sources)
 
-    kwargs: dict[str, Any] = {}
+    kwargs: dict[str, Any] = dict(rules)
     if length is not None:
         kwargs["min_new_tokens"] = length
-    if beta:
-        kwargs["coverage_penalty"] = beta
     start = time.perf_counter()
     generate_sorted(
         model, tok, sources, batch, length or 512, num_beams, decode=count, generate_kwargs=kwargs
@@ -155,6 +154,7 @@ def main() -> None:
     ap.add_argument("--n", type=int, default=256)
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--beta", type=float, default=2.0, help="the student's coverage penalty")
+    ap.add_argument("--no-repeat-proposition", action="store_true", help="the student's rule")
     args = ap.parse_args()
     setup_logging()
     transformers.logging.set_verbosity_error()  # the untrained models' expected load reports
@@ -182,6 +182,8 @@ def main() -> None:
             model = load_seq2seq(out).eval()  # first: it registers the copy student's config
             tok = AutoTokenizer.from_pretrained(out)
             tok.model_max_length = 512
+            if name in T5_SHAPES:  # MiniLM's tokenizer also returns BERT's token_type_ids
+                tok.model_input_names = ["input_ids", "attention_mask"]
             length = None
             if name != "student":
                 if targets:
@@ -190,8 +192,10 @@ def main() -> None:
                     length = round(student_length)
                 else:
                     raise SystemExit(f"{name}: give --propositions or measure 'student' first")
-            beta = args.beta if name == "student" else None
-            row = run(model, tok, sources, args.batch, length, beta, int(beams or 1))
+            rules = {"coverage_penalty": args.beta} if name == "student" and args.beta else {}
+            if name == "student" and args.no_repeat_proposition:
+                rules["no_repeat_proposition"] = True
+            row = run(model, tok, sources, args.batch, length, rules, int(beams or 1))
             if name == "student" and student_length is None:
                 student_length = row["tokens_per_passage"]
             hours = FACTOIDWIKI_PASSAGES / row["passages_per_s"] / 3600

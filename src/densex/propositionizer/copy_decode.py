@@ -70,7 +70,8 @@ def decode_step(model: Any, src: dict, cache: list, fed: torch.Tensor, t: int) -
     x = model.embed(token[:, None], pos, model.config.target_token_type)
     seen = torch.ones(token.shape[0], t + 1, dtype=torch.bool, device=token.device)
     mask = torch.cat([src["valid"], seen], 1)[:, None, None, :]
-    h, cache = model.run_layers(x, mask, cache)
+    at = src["valid"].shape[1] + t  # the padded source's width, then the target's steps
+    h, cache = model.run_layers(x, mask, with_room(cache, at + 1), at)
     logp = model.next_log_probs(h, src, model.step_history(fed))[:, 0]
     banned = [model.config.pad_token_id, model.config.decoder_start_token_id]
     logp[:, banned] = float("-inf")
@@ -79,6 +80,25 @@ def decode_step(model: Any, src: dict, cache: list, fed: torch.Tensor, t: int) -
     if "closers" in src:
         logp = ban_repeated_propositions(logp, fed, fed.new_tensor(src["closers"]))
     return logp, cache
+
+
+def with_room(cache: list, need: int) -> list:
+    """The per-layer (key, value) buffers of `cache`, grown (doubled, at least to `need`
+    positions, the filled ones copied) when they hold fewer than `need`: appending a step
+    then costs no copy, and a beam's reorder gathers at most twice what is filled."""
+    have = cache[0][0].shape[2]
+    if have >= need:
+        return cache
+    size = max(need, 2 * have)
+    grown = []
+    for pair in cache:
+        new = []
+        for a in pair:
+            b = a.new_empty(*a.shape[:2], size, a.shape[3])
+            b[:, :, :have] = a
+            new.append(b)
+        grown.append(tuple(new))
+    return grown
 
 
 def ban_repeated_ngrams(logp: torch.Tensor, fed: torch.Tensor, n: int) -> torch.Tensor:
