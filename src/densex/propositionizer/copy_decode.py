@@ -85,7 +85,7 @@ def decode_step(model: Any, src: dict, cache: list, fed: torch.Tensor, t: int) -
 def with_room(cache: list, need: int) -> list:
     """The per-layer (key, value) buffers of `cache`, grown (doubled, at least to `need`
     positions, the filled ones copied) when they hold fewer than `need`: appending a step
-    then costs no copy, and a beam's reorder gathers at most twice what is filled."""
+    then costs no copy."""
     have = cache[0][0].shape[2]
     if have >= need:
         return cache
@@ -99,6 +99,19 @@ def with_room(cache: list, need: int) -> list:
             new.append(b)
         grown.append(tuple(new))
     return grown
+
+
+def reorder_rows(cache: list, order: torch.Tensor, filled: int) -> list:
+    """The buffers of `cache` with row i holding what row `order[i]` held, in place and over
+    the first `filled` positions only, copying just the rows that change (a beam that keeps
+    its place, as the best one mostly does, costs nothing)."""
+    moved = (order != torch.arange(len(order), device=order.device)).nonzero().flatten()
+    if len(moved):
+        rows = order[moved]
+        for pair in cache:
+            for a in pair:
+                a[moved, :, :filled] = a[rows, :, :filled]
+    return cache
 
 
 def ban_repeated_ngrams(logp: torch.Tensor, fed: torch.Tensor, n: int) -> torch.Tensor:
@@ -200,7 +213,7 @@ def _beam(model: Any, src: dict, steps: int, k: int) -> torch.Tensor:
         scores, beams, tokens = choice
         reorder = (torch.arange(n, device=seqs.device)[:, None] * k + beams).reshape(-1)
         seqs = torch.cat([seqs[reorder], tokens.reshape(-1, 1)], 1)
-        cache = [(a[reorder], b[reorder]) for a, b in cache]
+        cache = reorder_rows(cache, reorder, src["valid"].shape[1] + t + 1)
         if "coverage" in src:
             src["coverage"] = src["coverage"][reorder]
         if all(done):
