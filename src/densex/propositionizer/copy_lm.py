@@ -142,8 +142,8 @@ class CopyPrefixLM(BertPreTrainedModel):
         (B, 1, T, keys); returns the states and each layer's (key, value). Without `past` the
         keys are these T; with `past` (per layer (key, value) buffers (B, heads, >= at + T,
         d), holding `at` earlier positions) these T are written into the buffers at `at` and
-        the keys are the first `at` + T positions: decoding appends without copying its
-        cache (a concatenation per step was a third of the decoding time)."""
+        the keys are the first `at` + T positions (docs/architecture.md, "Copy student
+        decoding cost")."""
         cache = []
         for i, layer in enumerate(self.bert.encoder.layer):
             att = layer.attention.self
