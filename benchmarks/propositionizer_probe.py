@@ -37,6 +37,7 @@ import torch
 from transformers import AutoTokenizer
 
 from densex.metrics.propositions import coverage, unsupported
+from densex.pipelines.plan.sizes import FACTOID_WIKI
 from densex.propositionizer.backbone import (
     build_bert2bert,
     corrupt_decoder_inputs,
@@ -203,7 +204,7 @@ def main() -> None:
             line = f"{spec:>18} {per_step:>7.2f} {train_loss:>6.3f} {loss:>6.3f} {gap:>8.3f}"
             if args.generate:
                 q = quality(model, tok, held, args.max_new_tokens, args.gen_batch)
-                hours = 41e6 / q["pps"] / 3600  # FactoidWiki's passages on this machine
+                hours = FACTOID_WIKI["passage"][0] / q["pps"] / 3600  # on this machine
                 line += f" {q['parse']:>6.2f} {100 * q['unsupported']:>6.1f} {100 * q['coverage']:>6.1f}"
                 line += f" {q['pps']:>6.2f} {q['words']:>6.1f} {hours:>8.0f}"
                 line += "\n" + " " * 19 + json.dumps(q["example"], ensure_ascii=False)

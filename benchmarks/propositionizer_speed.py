@@ -42,6 +42,7 @@ import torch
 import transformers
 from transformers import AutoTokenizer
 
+from densex.pipelines.plan.sizes import FACTOID_WIKI
 from densex.propositionizer.backbone import (
     build_bert2bert,
     load_seq2seq,
@@ -57,7 +58,7 @@ from densex.utils.models import resolve_model
 from densex.utils.tiny_t5 import cached_tiny_t5
 
 REPO = Path(__file__).resolve().parents[1]
-FACTOIDWIKI_PASSAGES = 41_000_000
+FACTOIDWIKI_PASSAGES = FACTOID_WIKI["passage"][0]  # the planner's Table 1 count
 # the published Flan-T5 configurations (google/flan-t5-base, google/flan-t5-large config.json)
 T5_SHAPES = {
     "flan-t5-base": {"d_model": 768, "d_ff": 2048, "num_layers": 12, "num_heads": 12},
@@ -115,8 +116,7 @@ def run(
     """Generate for `sources`: exactly `length` tokens each, or (None) until the model ends.
     Returns seconds, passages/s, generated tokens per passage and tokens/s."""
     generated = []
-
-    eos = eos_ids(model, tok)
+    eos, decode = eos_ids(model, tok), output_decoder(tok)
 
     def count(ids: torch.Tensor, batch_sources: Sequence[str]) -> list[str]:
         ended = torch.zeros_like(ids[:, 1:], dtype=torch.bool)  # column 0: the start token
@@ -125,7 +125,6 @@ def run(
         # up to and with the first end token; the full width where none (forced, or cut)
         first = torch.where(ended.any(1), ended.int().argmax(1) + 1, ended.shape[1])
         generated.extend(first.tolist())
-        decode = output_decoder(tok)
         return decode(ids, batch_sources) if decode else [""] * len(batch_sources)
 
     kwargs: dict[str, Any] = dict(rules)

@@ -7,7 +7,8 @@ environment). Imports nothing of densex.
         [--queries Q.jsonl --queries-out QV.npy]
 
 Prints one JSON line: the backend, units/s (texts after an 8-text warm-up, the clock around
-`encode` alone; the queries, for recall, are encoded after the clock stops by the same model), the library versions, the OpenVINO precision hint or the ONNX file used.
+`encode` alone; the queries, for recall, are encoded after the clock stops by the same
+model), the library versions and, for OpenVINO, its version and precision hint.
 `onnx-int8` quantises the ONNX export with sentence-transformers' own
 `export_dynamic_quantized_onnx_model` (avx512_vnni where the CPU has it, else avx2), which is
 what its documentation tells a user to do.

@@ -485,11 +485,14 @@ def test_auto_dtype_is_bfloat16_on_a_bf16_gpu(tiny_t5, squad_open, tmp_path):
     assert m["passages"] == 3 and m["shards"]["generated"] == 1
 
 
-def test_a_shard_logs_its_progress_between_batches(tiny_t5, squad_open, monkeypatch, caplog):
+def test_a_shard_logs_its_progress_between_batches(
+    tiny_t5, squad_open, tmp_path, monkeypatch, caplog
+):
     # a CPU shard of 256 passages takes minutes: a log (no terminal) hears from it meanwhile
     monkeypatch.setenv("DENSEX_PROGRESS", "log")
     monkeypatch.setenv("DENSEX_PROGRESS_S", "0")
-    sources = [passage_source(r) for r in _passages(squad_open, 5)]
+    _, rows = _first_passages(squad_open, tmp_path, 5)
+    sources = [passage_source(r) for r in rows]
     module = PropositionGenerator(str(tiny_t5), batch_size=2, max_new_tokens=4)
     with caplog.at_level("INFO", logger="densex.progress"):
         texts, _ = module.generate(sources)
@@ -498,8 +501,3 @@ def test_a_shard_logs_its_progress_between_batches(tiny_t5, squad_open, monkeypa
     assert "propositions: 2/5 passages (40%)" in lines[0], lines
     assert "propositions: 4/5 passages (80%)" in lines[1], lines
     assert lines[-1].startswith("propositions: 5 passages in "), lines
-
-
-def _passages(squad_open: Path, n: int) -> list[dict]:
-    with open(squad_open / "passages.jsonl", encoding="utf-8") as f:
-        return [json.loads(line) for line in islice(f, n)]

@@ -90,15 +90,13 @@ def with_room(cache: list, need: int) -> list:
     if have >= need:
         return cache
     size = max(need, 2 * have)
-    grown = []
-    for pair in cache:
-        new = []
-        for a in pair:
-            b = a.new_empty(*a.shape[:2], size, a.shape[3])
-            b[:, :, :have] = a
-            new.append(b)
-        grown.append(tuple(new))
-    return grown
+
+    def grow(a: torch.Tensor) -> torch.Tensor:
+        b = a.new_empty(*a.shape[:2], size, a.shape[3])
+        b[:, :, :have] = a
+        return b
+
+    return [tuple(grow(a) for a in pair) for pair in cache]
 
 
 def reorder_rows(cache: list, order: torch.Tensor, filled: int) -> list:

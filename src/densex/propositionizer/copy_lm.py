@@ -50,9 +50,9 @@ class CopyLMConfig(BertConfig):
     """BERT's config plus the student's: `use_copy` (False: the plain prefix LM, for the
     ablation), the copy attention's initial scale and n-gram bonus, the proposition
     separator's id, the target segment's token type, the decoding's `no_repeat_ngram_size`,
-    `coverage_penalty` and `no_repeat_proposition` (null: none; `copy_decode.py`), kept here because config.json
-    travels with an export, and the training's `coverage_loss` weight (0: none;
-    `coverage_loss`)."""
+    `coverage_penalty` and `no_repeat_proposition` (null: none; `copy_decode.py`), kept
+    here because config.json travels with an export, and the training's `coverage_loss`
+    weight (0: none; `coverage_loss`)."""
 
     model_type = MODEL_TYPE
 
