@@ -103,9 +103,9 @@ def test_interrupted_run_resumes_at_the_missing_shards(tiny_t5, squad_open, tmp_
     generated: list[list[str]] = []
     real_generate = PropositionGenerator.generate
 
-    def counting_generate(self, sources):
+    def counting_generate(self, sources, *unit):
         generated.append(list(sources))
-        return real_generate(self, sources)
+        return real_generate(self, sources, *unit)
 
     monkeypatch.setattr(PropositionGenerator, "generate", counting_generate)
     generate_propositions(passages_path, _cfg(tiny_t5, batch_size=2), out, TRAINER)
@@ -324,14 +324,14 @@ def _spy_generate(monkeypatch) -> list[dict]:
     seen: list[dict] = []
     real = PropositionGenerator.generate
 
-    def spy(self, sources):
+    def spy(self, sources, *unit):
         seen.append(
             {
                 "dtype": next(self.model.parameters()).dtype,
                 "autocast": torch.is_autocast_enabled("cpu"),
             }
         )
-        return real(self, sources)
+        return real(self, sources, *unit)
 
     monkeypatch.setattr(PropositionGenerator, "generate", spy)
     return seen
@@ -501,3 +501,48 @@ def test_a_shard_logs_its_progress_between_batches(
     assert "propositions: 2/5 passages (40%)" in lines[0], lines
     assert "propositions: 4/5 passages (80%)" in lines[1], lines
     assert lines[-1].startswith("propositions: 5 passages in "), lines
+
+
+def test_per_sentence_gives_each_sentence_its_own_input(tiny_t5, squad_open, tmp_path, monkeypatch):
+    """`per_sentence`: the model reads each sentence alone (title and section kept), every
+    sentence's output is parsed and falls back on its own, and a passage's row is its
+    sentences' propositions in order; the report still knows each passage's parse outcome."""
+    from densex.corpus.segment import load_sentencizer, split_sentences
+    from densex.propositionizer.quality import parse_outcomes
+
+    passages_path, passages = _first_passages(squad_open, tmp_path, 4)
+    seen: list[str] = []
+
+    def fake(self, sources, unit="passages"):  # upper-cased, or no list if it has a year
+        seen.extend(sources)
+        texts = [s.split("Content: ", 1)[1] for s in sources]
+        raws = ["no list" if "1973" in t else json.dumps([t.upper()]) for t in texts]
+        return raws, [False] * len(sources)
+
+    monkeypatch.setattr(PropositionGenerator, "generate", fake)
+    out = generate_propositions(
+        passages_path, _cfg(tiny_t5, per_sentence=True), tmp_path / "o" / "p.jsonl", TRAINER
+    )
+    nlp = load_sentencizer("")
+    units = [{**p, "text": s} for p in passages for s in split_sentences(p["text"], nlp)]
+    assert sorted(seen) == sorted(passage_source(u) for u in units) and len(units) > 4
+    rows = _read(out)
+    assert [r["id"] for r in rows] == [p["id"] for p in passages]
+    for row, p in zip(rows, passages):
+        sentences = split_sentences(p["text"], nlp)
+        assert row["propositions"] == [s if "1973" in s else s.upper() for s in sentences]
+    m = json.loads(manifest_path(out).read_text())
+    fell_back = sum("1973" in u["text"] for u in units)
+    assert 0 < fell_back < len(units)
+    assert (m["passages"], m["outputs"], m["unparseable"]) == (4, len(units), fell_back)
+    assert m["settings"]["per_sentence"] is True and m["shards"]["total"] == -(-len(units) // 3)
+    outcomes = parse_outcomes(out, {r["id"]: r["propositions"] for r in rows})
+    for p in passages:
+        has_year = "1973" in p["text"]
+        assert outcomes[p["id"]]["parse"] == ("fallback" if has_year else "strict")
+
+    # per passage, the same model reads whole passages: other shards, nothing reused
+    seen.clear()
+    whole = generate_propositions(passages_path, _cfg(tiny_t5), tmp_path / "w" / "p.jsonl", TRAINER)
+    assert sorted(seen) == sorted(passage_source(p) for p in passages)
+    assert json.loads(manifest_path(whole).read_text())["shards"]["dir"] != m["shards"]["dir"]

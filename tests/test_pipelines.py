@@ -556,3 +556,21 @@ def test_propositions_key_follows_the_prompt_file(repo_root, small, tmp_path):
     assert propositions_key(cfg, small["P"]) == before
     prompt.write_text(prompt.read_text() + "\nBe brief.\n")
     assert propositions_key(cfg, small["P"]) != before
+
+
+def test_propositions_key_follows_per_sentence(repo_root, small, tiny_t5, tmp_path):
+    """Per-sentence propositions are other propositions (another cache entry); the default
+    keeps the key it had before the setting existed (old caches stay valid)."""
+    from omegaconf import OmegaConf
+
+    from densex.pipelines.index.units import propositions_key
+
+    base = ["propositionizer=model", f"propositionizer.model={tiny_t5}", "trainer=cpu"]
+    default = propositions_key(_index_cfg(repo_root, base), small["P"])
+    explicit = _index_cfg(repo_root, [*base, "propositionizer.per_sentence=false"])
+    per_sentence = _index_cfg(repo_root, [*base, "propositionizer.per_sentence=true"])
+    assert propositions_key(explicit, small["P"]) == default
+    assert propositions_key(per_sentence, small["P"]) != default
+    cfg = OmegaConf.create(OmegaConf.to_container(_index_cfg(repo_root, base)))
+    del cfg.propositionizer["per_sentence"]  # a config from before the setting
+    assert propositions_key(cfg, small["P"]) == default

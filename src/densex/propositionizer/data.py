@@ -23,6 +23,7 @@ from densex.propositionizer.pairs import (
     split_by_title,
 )
 from densex.propositionizer.sampler import LengthGroupedSampler
+from densex.propositionizer.sentence_pairs import sentence_pairs
 from densex.utils.logging import get_logger
 from densex.utils.resume import ResumableDataLoader, epoch_batches_done
 
@@ -39,7 +40,9 @@ class PropositionDataModule(pl.LightningDataModule):
     ``jsonl`` (`path`). The tokenizer comes from the model (`set_tokenizer`), because a tiny
     test model's vocabulary is trained on these very pairs. `max_total_length` (a prefix LM,
     whose source and target share the positions) also cuts each target to that many tokens
-    minus its source's.
+    minus its source's. `sentence_pairs` adds, to the training pairs only, one pair per sentence
+    of each training passage (`sentence_pairs.py`; sentences split by `spacy_model`, as
+    `propositionizer.per_sentence` splits them at inference).
     """
 
     def __init__(
@@ -65,6 +68,8 @@ class PropositionDataModule(pl.LightningDataModule):
         pad_to_multiple_of: int | None = None,
         seed: int = 42,
         dataset: Any = None,
+        sentence_pairs: bool = False,
+        spacy_model: str | None = "en_core_web_lg",
     ) -> None:
         super().__init__()
         self.save_hyperparameters(ignore=["dataset"])
@@ -106,6 +111,11 @@ class PropositionDataModule(pl.LightningDataModule):
         self.val_pairs = val[: h.limit_val] if h.limit_val else val
         if not self.train_pairs:
             raise ValueError("no training pairs after split/limits")
+        if h.sentence_pairs:
+            extra = self._sentence_pairs(self.train_pairs)
+            log.info("%d per-sentence pairs join the training pairs", len(extra))
+            self.train_pairs = self.train_pairs + extra
+            self.stats["train/sentence_pairs"] = len(extra)
         self._loaded = True
         log.info(
             "propositionizer data: %d train pairs (%d articles), %d validation pairs (%d articles)",
@@ -114,6 +124,13 @@ class PropositionDataModule(pl.LightningDataModule):
             len(self.val_pairs),
             len({p["title"] for p in self.val_pairs}),
         )
+
+    def _sentence_pairs(self, pairs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The per-sentence pairs of `pairs` (split by `spacy_model`, spaCy loaded here)."""
+        from densex.corpus.segment import load_sentencizer, split_sentences_many
+
+        nlp = load_sentencizer(self.hparams.spacy_model or "")
+        return sentence_pairs(pairs, lambda texts: split_sentences_many(texts, nlp))
 
     def texts(self) -> list[str]:
         """Sources and targets of the training pairs (to train a tiny model's vocabulary)."""

@@ -108,15 +108,18 @@ class PropositionGenerator(pl.LightningModule):
             collate_fn=_only,
         )
 
-    def generate(self, sources: Sequence[str]) -> tuple[list[str], list[bool]]:
+    def generate(
+        self, sources: Sequence[str], unit: str = "passages"
+    ) -> tuple[list[str], list[bool]]:
         """Generate for `sources` in length-sorted batches; return texts and, per text, whether
-        it hit `max_new_tokens` without an end-of-sequence token (likely cut off)."""
+        it hit `max_new_tokens` without an end-of-sequence token (likely cut off). `unit`
+        names the sources in progress lines (passages, or sentences)."""
         if self.model is None:
             self.setup()
         # a shard can take minutes on a CPU: periodic log lines within it where no bar is
         # drawn (a terminal has Lightning's bar, one step per shard), and its rate at the end
         every = float("inf") if is_tty() else None
-        with Progress("propositions", len(sources), "passages", every, tty=False) as progress:
+        with Progress("propositions", len(sources), unit, every, tty=False) as progress:
             out = generate_sorted(
                 self.model,
                 self.tokenizer,
@@ -131,7 +134,7 @@ class PropositionGenerator(pl.LightningModule):
         return out
 
     def predict_step(self, batch: Record, batch_idx: int) -> dict[str, Any]:
-        texts, cut = self.generate(batch["sources"])
+        texts, cut = self.generate(batch["sources"], batch.get("unit", "passages"))
         probe = bool(batch.get("probe"))  # an idle rank's probe: never written
         return {
             "shard": batch["shard"],
@@ -200,7 +203,8 @@ class ClaimedShards(IterableDataset):
         n = 0
         for shard in claimed:
             n += 1
-            log.info("generating shard %d (%d passages)", shard["shard"], len(shard["ids"]))
+            unit = shard.get("unit", "passages")
+            log.info("generating shard %d (%d %s)", shard["shard"], len(shard["ids"]), unit)
             yield shard
         if not n and (self.probe or self.shards):
             first = (self.probe or self.shards)[0]

@@ -26,6 +26,7 @@ from densex.propositionizer.output import (
     passage_source,
     write_propositions,
 )
+from densex.propositionizer.sentence_inputs import sentence_units
 from densex.propositionizer.settings import DECODING_RULES, ModelSettings
 from densex.utils.cache import content_key, hash_file
 from densex.utils.integrity import check_file, remove_orphans
@@ -33,6 +34,7 @@ from densex.utils.io import DataError, read_json
 from densex.utils.locks import clear_claims, locked, share_pending
 from densex.utils.logging import get_logger
 from densex.utils.models import resolve_model
+from densex.utils.progress import track
 from densex.utils.records import Record
 from densex.utils.shards import pending as shards_pending
 from densex.utils.shards import plan_shards
@@ -62,13 +64,38 @@ def _generation_settings(
     return settings
 
 
-def _plan_shards(passages: Sequence[Record], shard_size: int) -> list[dict[str, Any]]:
-    """Consecutive shards of `shard_size` passages: `{"shard", "ids", "sources"}`."""
+def _model_inputs(
+    passages: list[Record], opts: ModelSettings
+) -> tuple[list[Record], list[int] | None]:
+    """What the model reads: the passages, or with `per_sentence` one unit per sentence
+    (`sentence_inputs.py`; split by `opts.spacy_model`, the sentence units' splitter) and
+    each unit's passage index."""
+    if not opts.per_sentence:
+        return passages, None
+    from densex.corpus.segment import load_sentencizer, split_sentences_many  # spaCy: ~2 s
+
+    nlp = load_sentencizer(opts.spacy_model or "")
+    units, owners = sentence_units(
+        passages,
+        lambda texts: track(
+            split_sentences_many(texts, nlp), "sentences", len(passages), "passages"
+        ),
+    )
+    log.info("per sentence: %d passages -> %d model inputs", len(passages), len(units))
+    return units, owners
+
+
+def _plan_shards(
+    passages: Sequence[Record], shard_size: int, unit: str = "passages"
+) -> list[dict[str, Any]]:
+    """Consecutive shards of `shard_size` inputs (`unit`: passages, or their sentences):
+    `{"shard", "ids", "sources", "unit"}`."""
     return [
         {
             "shard": k,
             "ids": [p["id"] for p in passages[s:e]],
             "sources": [passage_source(p) for p in passages[s:e]],
+            "unit": unit,
         }
         for k, (s, e) in enumerate(plan_shards(len(passages), shard_size))
     ]
@@ -128,14 +155,17 @@ def generate_with_model(
     fingerprint = model_fingerprint(model)
     shard_dir = out_path.parent / "shards" / _shards_key(fingerprint, passages_sha, opts, settings)
     remove_orphans(shard_dir)  # temp files of a killed earlier run
-    shards = _plan_shards(passages, opts.shard_size)
+    inputs, owners = _model_inputs(passages, opts)
+    unit = "sentences" if owners else "passages"
+    shards = _plan_shards(inputs, opts.shard_size, unit)
     done = _completeness(shard_dir)
     before = _merge_state(out_path)  # a merge written by another process changes it
 
     pending = shards_pending(shards, done)
     log.info(
-        "propositionizer %s: %d passages in %d shards, %d to generate (%s)",
-        *(model, len(passages), len(shards), len(pending), shard_dir),
+        "propositionizer %s: %d %s in %d shards, %d to generate (%s)",
+        *(model, len(inputs), unit),
+        *(len(shards), len(pending), shard_dir),
     )
     t0 = time.perf_counter()
     runs: list[pl.Trainer] = []  # shards claimed one by one: processes on one dir share them
@@ -162,7 +192,7 @@ def generate_with_model(
     }
     with locked(out_path, "propositions"):  # another process merged meanwhile: keep it
         if _merge_state(out_path) == before or not _merged(out_path):
-            _merge(passages, shards, shard_dir, out_path, opts, record)
+            _merge(passages, (inputs, owners), shards, shard_dir, out_path, opts, record)
         clear_claims(shard_dir, "shard-")
     if trainer is not None:
         trainer.strategy.barrier("propositions-merged")  # the other ranks may read it now
@@ -184,11 +214,14 @@ def _completeness(shard_dir: Path) -> Callable[[Record], bool]:
 
 
 def _merge(
-    passages: list[dict[str, Any]], shards: Sequence[Record], shard_dir: Path,
-    out_path: Path, opts: ModelSettings, record: dict[str, Any],
+    passages: list[dict[str, Any]], inputs: tuple[list[Record], list[int] | None],
+    shards: Sequence[Record], shard_dir: Path, out_path: Path, opts: ModelSettings,
+    record: dict[str, Any],
 ) -> None:  # fmt: skip
-    """Every shard's raw outputs, parsed, into the propositions file + manifest (`record`)."""
+    """Every shard's raw outputs, parsed, into the propositions file + manifest (`record`);
+    `inputs`: the model's inputs and their passage indices (None: the passages themselves)."""
     raws, cut = _collect_shards(shards, shard_dir)
+    units, owners = inputs
     write_propositions(
         passages,
         raws,
@@ -198,6 +231,8 @@ def _merge(
         limits=opts.limits(),
         type="model",
         hit_max_new_tokens=cut,
+        units=units if owners is not None else None,
+        owners=owners,
         **record,
     )
 
@@ -230,11 +265,13 @@ def _shards_key(
     """The shard directory's key: model, passages, shard size and the generation settings.
     batch_size and dtype do not change greedy outputs in principle, but bf16 vs fp32 can flip
     near-ties; keep dtype in the key, leave batch_size out so a resume may change it."""
+    per_sentence = {"per_sentence": True} if opts.per_sentence else {}  # old keys unchanged
     return content_key(
         model=fingerprint,
         passages=passages_sha,
         shard_size=opts.shard_size,
         **{k: v for k, v in settings.items() if k != "batch_size"},
+        **per_sentence,
     )
 
 
@@ -246,6 +283,7 @@ def _settings_record(settings: dict[str, Any], opts: ModelSettings) -> dict[str,
         "dtype_requested": opts.dtype,
         "shard_size": opts.shard_size,
         "decoding": "greedy" if opts.num_beams == 1 else "beam",
+        "per_sentence": bool(opts.per_sentence),
     }
 
 

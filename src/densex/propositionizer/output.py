@@ -46,38 +46,48 @@ def write_propositions(
     fallback: str = "sentences",
     spacy_model: str | None = "en_core_web_lg",
     limits: ParseLimits | None = None,
+    units: Sequence[Record] | None = None,
+    owners: Sequence[int] | None = None,
     **manifest: Any,
 ) -> ParseStats:
     """Parse every raw output (with fallbacks, within `limits`) and write the propositions
     file + manifest (with the file's size and content hash, checked before reuse).
 
-    One row per passage, in passage order: N passages in, N rows out. An error while parsing
-    names the passage; rejected outputs are counted and the first few ids logged.
+    One row per passage, in passage order: N passages in, N rows out. `raws` are the outputs
+    of `units` (default: the passages), `owners[i]` the passage of unit i (per-sentence inputs,
+    `sentence_inputs.py`): each unit is parsed and falls back on its own text, and a passage's
+    propositions are its units' in order; the manifest's parse counts are then per unit
+    (`outputs`). An error while parsing names the unit; rejected outputs are counted and the
+    first few ids logged.
     """
-    if len(raws) != len(passages):
-        raise ValueError(f"{len(raws)} outputs for {len(passages)} passages")
+    units = passages if units is None else units
+    owners = range(len(passages)) if owners is None else owners
+    if len(raws) != len(units) or len(owners) != len(units):
+        raise ValueError(f"{len(raws)} outputs for {len(units)} inputs ({len(owners)} owners)")
     split = SentenceSplitter(spacy_model)
     stats = ParseStats()
     limits = limits or ParseLimits()
-    rows, rejected_ids = [], []
-    for passage, raw in zip(passages, raws):
+    rows: list[Record] = [{"id": p["id"], "propositions": []} for p in passages]
+    rejected_ids = []
+    for unit, owner, raw in zip(units, owners, raws):
         try:
-            resolved = resolve_output(raw, passage["text"], fallback, split, limits)
+            resolved = resolve_output(raw, unit["text"], fallback, split, limits)
         except Exception as e:
-            raise ValueError(f"passage {passage['id']!r}: parsing its output failed: {e}") from e
+            raise ValueError(f"passage {unit['id']!r}: parsing its output failed: {e}") from e
         if resolved.result.rejected:
-            rejected_ids.append(passage["id"])
+            rejected_ids.append(unit["id"])
             if len(rejected_ids) <= 5:
                 log.warning(
                     "passage %r: output rejected (%s); fallback %s",
-                    passage["id"],
+                    unit["id"],
                     resolved.result.error,
                     fallback,
                 )
         stats.add(resolved)
-        rows.append({"id": passage["id"], "propositions": resolved.propositions})
+        rows[owner]["propositions"].extend(resolved.propositions)
     write_jsonl(out_path, rows)
     counts = stats.as_dict()
+    counts["outputs"], counts["passages"] = counts["passages"], len(passages)
     write_manifest(
         manifest_path(out_path),
         artifact=Path(out_path).name,

@@ -18,6 +18,7 @@ from typing import Any
 from densex.propositionizer.output import manifest_path
 from densex.propositionizer.pairs import split_by_title
 from densex.propositionizer.parse import parse_propositions
+from densex.propositionizer.sentence_inputs import passage_units
 from densex.utils.io import DataError, read_json, read_jsonl
 from densex.utils.logging import get_logger
 from densex.utils.records import Record
@@ -30,6 +31,7 @@ SPLITS = ("train", "validation")
 # the generation manifest's parse counts (write_propositions / ParseStats.as_dict)
 PARSE_KEYS = (
     "passages",
+    "outputs",  # model inputs: the passages, or their sentences (per_sentence)
     "parsed_strict",
     "repaired",
     "unparseable",
@@ -99,17 +101,17 @@ def parse_outcomes(
     except DataError as e:
         log.warning("per-passage parse results unknown: unreadable shard (%s)", e)
         return None
+    per_sentence = bool((manifest.get("settings") or {}).get("per_sentence"))
     out: dict[str, dict[str, Any]] = {}
     for pid, props in predictions.items():
-        row = raws.get(pid)
-        if row is None:
+        rows = [raws[u] for u in passage_units(pid, raws)] if per_sentence else [raws.get(pid)]
+        if not rows or rows[0] is None:
             log.warning(
                 "per-passage parse results unknown: %r is in no shard of %s", pid, shard_dir
             )
             return None
-        result = parse_propositions(row["raw"])
-        used = result.ok and bool(result.propositions)
-        if used and list(result.propositions) != list(props):
+        outcome = _outcome(rows, props)
+        if outcome is None:
             log.warning(
                 "per-passage parse results unknown: the shards of %s do not match %s (%r)",
                 shard_dir,
@@ -117,10 +119,32 @@ def parse_outcomes(
                 pid,
             )
             return None
-        out[pid] = {
-            "parse": ("repaired" if result.repaired else "strict") if used else "fallback",
-            "fallback_reason": None if used else ("unparseable" if not result.ok else "empty"),
-            "repairs": ";".join(result.repairs),
-            "cut": bool(row.get("cut")),
-        }
+        out[pid] = outcome
     return out
+
+
+def _outcome(rows: Sequence[Record], props: Sequence[str]) -> dict[str, Any] | None:
+    """A passage's parse outcome from the shard rows of its inputs (one, or one per sentence):
+    the worst input's ("fallback" over "repaired" over "strict"; cut if any was). None when
+    no input fell back and their parsed outputs joined differ from `props` (stale shards)."""
+    kept: list[str] = []
+    worst, reason, repairs, exact = "strict", None, [], True
+    for row in rows:
+        result = parse_propositions(row["raw"])
+        used = result.ok and bool(result.propositions)
+        if used:
+            kept += list(result.propositions)
+        else:  # a fallback's propositions come from the text, not the raw output
+            exact = False
+            worst, reason = "fallback", "unparseable" if not result.ok else "empty"
+        if used and result.repaired and worst == "strict":
+            worst = "repaired"
+        repairs += result.repairs
+    if exact and kept != list(props):
+        return None
+    return {
+        "parse": worst,
+        "fallback_reason": reason,
+        "repairs": ";".join(repairs),
+        "cut": any(bool(row.get("cut")) for row in rows),
+    }

@@ -53,7 +53,10 @@ class ModelSettings(PropositionizerSettings):
     coverage_penalty: float | None = None
     # the copy student only: never close a proposition equal to one already written
     no_repeat_proposition: bool | None = None
-    shard_size: int = 256  # passages per resumable shard
+    # one model input per sentence (title and section as context), a passage's propositions
+    # its sentences' in order (sentence_inputs.py); false: one input per passage, as the paper
+    per_sentence: bool = False
+    shard_size: int = 256  # model inputs (passages, or sentences) per resumable shard
 
 
 @dataclass
