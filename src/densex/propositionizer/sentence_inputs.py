@@ -21,14 +21,15 @@ UNIT_SEP = "::s"  # unit id = passage id + UNIT_SEP + sentence index
 def sentence_units(
     passages: Sequence[Record], split_many: Callable[[Iterable[str]], Iterator[list[str]]]
 ) -> tuple[list[Record], list[int]]:
-    """One input per sentence of every passage (`split_many`: texts -> their sentences, in
-    order), and the index of each unit's passage. A passage the splitter finds no sentence in
+    """One input `{"id", "text", "title", "section"}` per sentence of every passage
+    (`split_many`: texts -> their sentences, in order), and the index of each unit's passage. A passage the splitter finds no sentence in
     is one unit of its stripped text, so every passage has at least one unit."""
     units: list[Record] = []
     owners: list[int] = []
     for i, (p, sentences) in enumerate(zip(passages, split_many(p["text"] for p in passages))):
         for k, sentence in enumerate(sentences or [p["text"].strip()]):
-            units.append({**p, "id": f"{p['id']}{UNIT_SEP}{k}", "text": sentence})
+            unit = {"id": f"{p['id']}{UNIT_SEP}{k}", "text": sentence}
+            units.append({**unit, "title": p.get("title"), "section": p.get("section")})
             owners.append(i)
     return units, owners
 
