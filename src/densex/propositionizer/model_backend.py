@@ -151,20 +151,17 @@ def generate_with_model(
     settings = _generation_settings(opts, trainer_args)
     if opts.shard_size < 1:
         raise ValueError(f"shard_size must be >= 1, got {opts.shard_size}")
-    passages_sha = hash_file(passages_path)
-    fingerprint = model_fingerprint(model)
+    passages_sha, fingerprint = hash_file(passages_path), model_fingerprint(model)
     shard_dir = out_path.parent / "shards" / _shards_key(fingerprint, passages_sha, opts, settings)
     remove_orphans(shard_dir)  # temp files of a killed earlier run
     inputs, owners = _model_inputs(passages, opts)
-    unit = "sentences" if owners else "passages"
-    shards = _plan_shards(inputs, opts.shard_size, unit)
+    shards = _plan_shards(inputs, opts.shard_size, "sentences" if owners else "passages")
     done = _completeness(shard_dir)
     before = _merge_state(out_path)  # a merge written by another process changes it
-
     pending = shards_pending(shards, done)
     log.info(
         "propositionizer %s: %d %s in %d shards, %d to generate (%s)",
-        *(model, len(inputs), unit),
+        *(model, len(inputs), shards[0]["unit"] if shards else "passages"),
         *(len(shards), len(pending), shard_dir),
     )
     t0 = time.perf_counter()

@@ -7,13 +7,18 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 from densex.propositionizer.pairs import format_source
 from densex.propositionizer.parse import ParseLimits
-from densex.propositionizer.resolve import ParseStats, SentenceSplitter, resolve_output
+from densex.propositionizer.resolve import (
+    ParseStats,
+    Resolved,
+    SentenceSplitter,
+    resolve_output,
+)
 from densex.utils.integrity import file_record
 from densex.utils.io import write_jsonl, write_manifest
 from densex.utils.logging import get_logger
@@ -39,6 +44,21 @@ def manifest_path(out_path: str | os.PathLike) -> Path:
     return Path(out_path).parent / "manifest.json"
 
 
+def _resolve_all(
+    units: Sequence[Record], owners: Sequence[int], raws: Sequence[str | None],
+    fallback: str, spacy_model: str | None, limits: ParseLimits,
+) -> Iterator[tuple[Record, int, Resolved]]:  # fmt: skip
+    """(unit, its passage index, its resolved output) for every raw output; a parse error
+    names the unit."""
+    split = SentenceSplitter(spacy_model)
+    for unit, owner, raw in zip(units, owners, raws):
+        try:
+            resolved = resolve_output(raw, unit["text"], fallback, split, limits)
+        except Exception as e:
+            raise ValueError(f"passage {unit['id']!r}: parsing its output failed: {e}") from e
+        yield unit, owner, resolved
+
+
 def write_propositions(
     passages: Sequence[Record],
     raws: Sequence[str | None],
@@ -53,35 +73,24 @@ def write_propositions(
     """Parse every raw output (with fallbacks, within `limits`) and write the propositions
     file + manifest (with the file's size and content hash, checked before reuse).
 
-    One row per passage, in passage order: N passages in, N rows out. `raws` are the outputs
-    of `units` (default: the passages), `owners[i]` the passage of unit i (per-sentence inputs,
-    `sentence_inputs.py`): each unit is parsed and falls back on its own text, and a passage's
-    propositions are its units' in order; the manifest's parse counts are then per unit
-    (`outputs`). An error while parsing names the unit; rejected outputs are counted and the
-    first few ids logged.
+    One row per passage, in passage order. `raws` are the outputs of `units` (default: the
+    passages; `owners[i]`: unit i's passage, `sentence_inputs.py`), each parsed and falling
+    back on its own text; parse counts are per unit (`outputs`), rejected ids logged.
     """
     units = passages if units is None else units
     owners = range(len(passages)) if owners is None else owners
     if len(raws) != len(units) or len(owners) != len(units):
         raise ValueError(f"{len(raws)} outputs for {len(units)} inputs ({len(owners)} owners)")
-    split = SentenceSplitter(spacy_model)
-    stats = ParseStats()
     limits = limits or ParseLimits()
     rows: list[Record] = [{"id": p["id"], "propositions": []} for p in passages]
-    rejected_ids = []
-    for unit, owner, raw in zip(units, owners, raws):
-        try:
-            resolved = resolve_output(raw, unit["text"], fallback, split, limits)
-        except Exception as e:
-            raise ValueError(f"passage {unit['id']!r}: parsing its output failed: {e}") from e
+    stats, rejected_ids = ParseStats(), []
+    for unit, owner, resolved in _resolve_all(units, owners, raws, fallback, spacy_model, limits):
         if resolved.result.rejected:
             rejected_ids.append(unit["id"])
             if len(rejected_ids) <= 5:
                 log.warning(
                     "passage %r: output rejected (%s); fallback %s",
-                    unit["id"],
-                    resolved.result.error,
-                    fallback,
+                    *(unit["id"], resolved.result.error, fallback),
                 )
         stats.add(resolved)
         rows[owner]["propositions"].extend(resolved.propositions)
