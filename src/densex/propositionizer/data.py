@@ -22,6 +22,7 @@ from densex.propositionizer.pairs import (
     load_squad_open_pairs,
     split_by_title,
 )
+from densex.propositionizer.resolve import SentenceSplitter
 from densex.propositionizer.sampler import LengthGroupedSampler
 from densex.propositionizer.sentence_pairs import sentence_pairs
 from densex.utils.logging import get_logger
@@ -126,11 +127,8 @@ class PropositionDataModule(pl.LightningDataModule):
         )
 
     def _sentence_pairs(self, pairs: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        """The per-sentence pairs of `pairs` (split by `spacy_model`, spaCy loaded here)."""
-        from densex.corpus.segment import load_sentencizer, split_sentences_many
-
-        nlp = load_sentencizer(self.hparams.spacy_model or "")
-        return sentence_pairs(pairs, lambda texts: split_sentences_many(texts, nlp))
+        """The per-sentence pairs of `pairs` (split by `spacy_model`)."""
+        return sentence_pairs(pairs, SentenceSplitter(self.hparams.spacy_model).many)
 
     def texts(self) -> list[str]:
         """Sources and targets of the training pairs (to train a tiny model's vocabulary)."""

@@ -26,6 +26,7 @@ from densex.propositionizer.output import (
     passage_source,
     write_propositions,
 )
+from densex.propositionizer.resolve import SentenceSplitter
 from densex.propositionizer.sentence_inputs import sentence_units
 from densex.propositionizer.settings import DECODING_RULES, ModelSettings
 from densex.utils.cache import content_key, hash_file
@@ -72,14 +73,9 @@ def _model_inputs(
     each unit's passage index."""
     if not opts.per_sentence:
         return passages, None
-    from densex.corpus.segment import load_sentencizer, split_sentences_many  # spaCy: ~2 s
-
-    nlp = load_sentencizer(opts.spacy_model or "")
+    split = SentenceSplitter(opts.spacy_model)
     units, owners = sentence_units(
-        passages,
-        lambda texts: track(
-            split_sentences_many(texts, nlp), "sentences", len(passages), "passages"
-        ),
+        passages, lambda texts: track(split.many(texts), "sentences", len(passages), "passages")
     )
     log.info("per sentence: %d passages -> %d model inputs", len(passages), len(units))
     return units, owners
@@ -155,14 +151,14 @@ def generate_with_model(
     shard_dir = out_path.parent / "shards" / _shards_key(fingerprint, passages_sha, opts, settings)
     remove_orphans(shard_dir)  # temp files of a killed earlier run
     inputs, owners = _model_inputs(passages, opts)
-    shards = _plan_shards(inputs, opts.shard_size, "sentences" if owners else "passages")
+    unit = "sentences" if opts.per_sentence else "passages"
+    shards = _plan_shards(inputs, opts.shard_size, unit)
     done = _completeness(shard_dir)
     before = _merge_state(out_path)  # a merge written by another process changes it
     pending = shards_pending(shards, done)
     log.info(
         "propositionizer %s: %d %s in %d shards, %d to generate (%s)",
-        *(model, len(inputs), shards[0]["unit"] if shards else "passages"),
-        *(len(shards), len(pending), shard_dir),
+        *(model, len(inputs), unit, len(shards), len(pending), shard_dir),
     )
     t0 = time.perf_counter()
     runs: list[pl.Trainer] = []  # shards claimed one by one: processes on one dir share them
@@ -189,7 +185,7 @@ def generate_with_model(
     }
     with locked(out_path, "propositions"):  # another process merged meanwhile: keep it
         if _merge_state(out_path) == before or not _merged(out_path):
-            _merge(passages, (inputs, owners), shards, shard_dir, out_path, opts, record)
+            _merge(passages, inputs, owners, shards, shard_dir, out_path, opts, record)
         clear_claims(shard_dir, "shard-")
     if trainer is not None:
         trainer.strategy.barrier("propositions-merged")  # the other ranks may read it now
@@ -211,14 +207,13 @@ def _completeness(shard_dir: Path) -> Callable[[Record], bool]:
 
 
 def _merge(
-    passages: list[dict[str, Any]], inputs: tuple[list[Record], list[int] | None],
+    passages: list[Record], units: list[Record], owners: list[int] | None,
     shards: Sequence[Record], shard_dir: Path, out_path: Path, opts: ModelSettings,
     record: dict[str, Any],
 ) -> None:  # fmt: skip
     """Every shard's raw outputs, parsed, into the propositions file + manifest (`record`);
-    `inputs`: the model's inputs and their passage indices (None: the passages themselves)."""
+    `units` / `owners`: the model's inputs and each one's passage (`_model_inputs`)."""
     raws, cut = _collect_shards(shards, shard_dir)
-    units, owners = inputs
     write_propositions(
         passages,
         raws,
@@ -228,7 +223,7 @@ def _merge(
         limits=opts.limits(),
         type="model",
         hit_max_new_tokens=cut,
-        units=units if owners is not None else None,
+        units=units,
         owners=owners,
         **record,
     )

@@ -29,10 +29,12 @@ __all__ = [
     "load_jsonl_pairs",
     "load_squad_open_pairs",
     "split_by_title",
+    "split_source",
     "title_of_source",
 ]
 
 _TITLE_RE = re.compile(r"^Title:\s*(.*?)\.\s*Section:", re.DOTALL)
+_SOURCE_RE = re.compile(r"^Title:\s?(.*?)\. Section:\s?(.*?)\. Content:\s?(.*)$", re.DOTALL)
 
 
 def format_source(title: str, section: str, text: str) -> str:
@@ -43,6 +45,12 @@ def format_source(title: str, section: str, text: str) -> str:
 def format_target(propositions: Sequence[str]) -> str:
     """The generation target: a JSON list of propositions, non-ASCII kept as is."""
     return json.dumps(list(propositions), ensure_ascii=False)
+
+
+def split_source(source: str) -> tuple[str, str, str] | None:
+    """(title, section, text) of a `format_source` string; None for any other string."""
+    m = _SOURCE_RE.match(source)
+    return None if m is None else (m.group(1), m.group(2), m.group(3))
 
 
 def title_of_source(source: str) -> str:

@@ -8,7 +8,7 @@ itself, or nothing), saying why; `ParseStats` counts every repair, dropped item 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,7 +27,8 @@ FALLBACK_MODES = ("sentences", "passage", "empty")
 
 
 class SentenceSplitter:
-    """spaCy sentence splitting for fallbacks, loaded on first use (most runs never need it).
+    """spaCy sentence splitting for fallbacks and per-sentence inputs or pairs, loaded on first
+    use (most runs never need it).
 
     Uses `densex.corpus.segment.load_sentencizer`, i.e. `spacy_model` when installed, else
     spaCy's rule-based sentencizer, the same splitter as the sentence units.
@@ -37,13 +38,24 @@ class SentenceSplitter:
         self.spacy_model = spacy_model
         self._nlp = None
 
-    def __call__(self, text: str) -> list[str]:
+    def _pipeline(self) -> Any:
         # lazy: spaCy (~2 s) is needed only when an output falls back to sentences
-        from densex.corpus.segment import load_sentencizer, split_sentences
+        from densex.corpus.segment import load_sentencizer
 
         if self._nlp is None:
             self._nlp = load_sentencizer(self.spacy_model or "")
-        return split_sentences(text, self._nlp)
+        return self._nlp
+
+    def __call__(self, text: str) -> list[str]:
+        from densex.corpus.segment import split_sentences
+
+        return split_sentences(text, self._pipeline())
+
+    def many(self, texts: Iterable[str]) -> Iterator[list[str]]:
+        """The sentences of each text, in order (spaCy's batched `pipe`)."""
+        from densex.corpus.segment import split_sentences_many
+
+        return split_sentences_many(texts, self._pipeline())
 
 
 def fallback_propositions(

@@ -12,17 +12,14 @@ proposition make no pair. Why: docs/architecture.md, "Per-sentence propositioniz
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 from densex.metrics.propositions import content_words
-from densex.propositionizer.pairs import format_source, format_target
+from densex.propositionizer.pairs import format_source, format_target, split_source
 from densex.propositionizer.sentence_inputs import UNIT_SEP
 
 __all__ = ["align_propositions", "sentence_pairs"]
-
-_SOURCE_RE = re.compile(r"^Title:\s?(.*?)\. Section:\s?(.*?)\. Content:\s?(.*)$", re.DOTALL)
 
 
 def align_propositions(
@@ -51,10 +48,10 @@ def sentence_pairs(
     the `format_source` string is a ValueError naming it."""
     parts = []
     for p in pairs:
-        m = _SOURCE_RE.match(p["source"])
-        if m is None:
+        part = split_source(p["source"])
+        if part is None:
             raise ValueError(f"pair {p['id']!r}: source is not 'Title: .. Section: .. Content: ..'")
-        parts.append(m.groups())
+        parts.append(part)
     out: list[dict[str, Any]] = []
     for p, (title, section, _), sentences in zip(
         pairs, parts, split_many(text for _, _, text in parts)
