@@ -5,7 +5,7 @@ export TRANSFORMERS_OFFLINE ?= 1
 export WANDB_MODE ?= disabled
 export TOKENIZERS_PARALLELISM ?= false
 
-.PHONY: setup demo test test-slow test-slurm lint bench clean
+.PHONY: setup demo test test-slow test-slurm lint docs bench clean
 
 setup:
 	bash scripts/setup.sh
@@ -22,7 +22,7 @@ test: setup
 test-slow: setup
 	$(PY) -m pytest -q -m slow
 
-# the README's cluster steps on a one-machine SLURM (brought up first; root: apt, daemons)
+# the cluster steps of docs/cluster.md on a one-machine SLURM (brought up first; root: apt, daemons)
 test-slurm: setup
 	bash scripts/slurm_local.sh up
 	SLURM_CONF=$${DENSEX_SLURM_DIR:-/tmp/densex-slurm}/slurm.conf $(PY) -m pytest -q -s -m slurm
@@ -34,8 +34,14 @@ lint: setup
 	$(PY) scripts/long_functions.py --check src
 	$(PY) scripts/config_imports.py --check src/densex
 
+# the documentation site (mkdocs.yml, docs/): a strict build fails on a broken link or anchor;
+# the `docs` extra is installed on first use
+docs: setup
+	$(PY) -c "import mkdocs, material" 2>/dev/null || $(PY) -m pip install -q -e ".[docs]"
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict --site-dir site
+
 bench: setup
 	for f in benchmarks/*.py; do $(PY) $$f || exit 1; done
 
 clean:
-	rm -rf .cache logs outputs multirun
+	rm -rf .cache logs outputs multirun site

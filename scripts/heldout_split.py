@@ -1,15 +1,21 @@
-"""Write the propositionizer's held-out articles of squad-open as a corpus of their own.
+"""Write the propositionizer's validation and test articles of squad-open as corpora of their own.
 
-`train.py` splits the squad-open pairs by article (`densex.propositionizer.pairs.split_by_title`,
-a fixed hash of the title; `data.val_fraction`, default 0.1). This script writes, for exactly
-those held-out articles, `passages.jsonl`, `propositions.jsonl` (the teacher's) and
-`questions.jsonl` (their SQuAD questions), so retrieval with a trained model's own
-propositions can be measured on passages the model never saw:
+`train.py` splits the squad-open pairs by article (`densex.propositionizer.pairs.split_articles`:
+a fixed SHA-1 hash b in [0, 1) of the title; b < `data.test_fraction` (0.1) is test,
+the next `data.val_fraction` is validation, the rest trains). The protocol: every choice
+(checkpoint, decoding rule, context window, thresholds) is made on the validation articles;
+the test articles are read once per reported model. This script writes, for each of the two
+splits, `passages.jsonl`, `propositions.jsonl` (the teacher's) and `questions.jsonl` (their
+SQuAD questions) under `OUT/validation/` and `OUT/test/`, and `split.json` with the titles
+and counts:
 
-    python scripts/heldout_split.py --out heldout
-    python evaluate.py corpus=squad-open corpus.passages=heldout/passages.jsonl \
+    python scripts/heldout_split.py --out HELD      # HELD/validation, HELD/test
+    python evaluate.py corpus=squad-open corpus.passages=HELD/test/passages.jsonl \
         corpus.propositions=null propositionizer=model propositionizer.model=<run>/hf_model \
-        granularity=proposition dataset.path=heldout/questions.jsonl retriever=minilm
+        granularity=proposition dataset.path=HELD/test/questions.jsonl retriever=minilm
+
+The test articles at the default fractions are the five held-out articles of earlier runs
+(268 passages, 967 questions), so figures stay comparable.
 """
 
 from __future__ import annotations
@@ -19,39 +25,43 @@ import json
 import os
 from pathlib import Path
 
-from densex.propositionizer.pairs import split_by_title
-from densex.utils.io import numbered_jsonl, read_json, write_jsonl
+from densex.data.squad_articles import article_questions
+from densex.propositionizer.pairs import split_articles
+from densex.utils.io import numbered_jsonl, write_jsonl
 
 
-def heldout_split(data_dir: Path, out: Path, val_fraction: float = 0.1) -> dict[str, int]:
-    """Write the held-out articles' passages, teacher propositions and questions to `out`;
-    return the counts."""
-    passages = [row for _, row in numbered_jsonl(data_dir / "passages.jsonl")]
-    _, held = split_by_title(passages, val_fraction)
-    titles = {p["title"] for p in held}
-    ids = {p["id"] for p in held}
-    squad = read_json(data_dir / "squad-dev-v1.1.json")
-    qids = {
-        qa["id"]
-        for article in squad["data"]
-        if article["title"].replace("_", " ") in titles
-        for para in article["paragraphs"]
-        for qa in para["qas"]
-    }
+def write_split(data_dir: Path, out: Path, passages: list[dict]) -> dict[str, int]:
+    """Write one split's passages, teacher propositions and questions to `out`; the counts."""
+    titles = {p["title"] for p in passages}
+    ids = {p["id"] for p in passages}
     props = [r for _, r in numbered_jsonl(data_dir / "propositions.jsonl") if r["id"] in ids]
-    questions = [r for _, r in numbered_jsonl(data_dir / "questions.jsonl") if r["id"] in qids]
-    write_jsonl(out / "passages.jsonl", held)
+    questions = article_questions(
+        data_dir / "squad-dev-v1.1.json", data_dir / "questions.jsonl", titles
+    )
+    write_jsonl(out / "passages.jsonl", passages)
     write_jsonl(out / "propositions.jsonl", props)
     write_jsonl(out / "questions.jsonl", questions)
-    counts = {
+    return {
         "articles": len(titles),
-        "passages": len(held),
+        "passages": len(passages),
         "propositions": sum(len(r["propositions"]) for r in props),
         "questions": len(questions),
     }
-    (out / "split.json").write_text(
-        json.dumps({"val_fraction": val_fraction, "titles": sorted(titles), **counts}, indent=2)
-    )
+
+
+def heldout_split(
+    data_dir: Path, out: Path, val_fraction: float = 0.1, test_fraction: float = 0.1
+) -> dict[str, dict[str, int]]:
+    """Write the validation and test articles under `out/validation` and `out/test`; return
+    the counts per split (also in `out/split.json`, with the titles)."""
+    passages = [row for _, row in numbered_jsonl(data_dir / "passages.jsonl")]
+    _, val, test = split_articles(passages, val_fraction, test_fraction)
+    counts, titles = {}, {}
+    for name, rows in (("validation", val), ("test", test)):
+        counts[name] = write_split(data_dir, out / name, rows)
+        titles[name] = sorted({p["title"] for p in rows})
+    record = {"val_fraction": val_fraction, "test_fraction": test_fraction, "counts": counts}
+    (out / "split.json").write_text(json.dumps({**record, "titles": titles}, indent=2))
     return counts
 
 
@@ -60,9 +70,10 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--data-dir", type=Path, default=default / "squad-open")
     ap.add_argument("--out", type=Path, required=True)
-    ap.add_argument("--val-fraction", type=float, default=0.1)
+    ap.add_argument("--val-fraction", type=float, default=0.1, help="data.val_fraction")
+    ap.add_argument("--test-fraction", type=float, default=0.1, help="data.test_fraction")
     args = ap.parse_args()
-    print(json.dumps(heldout_split(args.data_dir, args.out, args.val_fraction)))
+    print(json.dumps(heldout_split(args.data_dir, args.out, args.val_fraction, args.test_fraction)))
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """Every documented input format through the CLI, preflight on (issue 24).
 
-Each test runs the README's own command for one input (its "Every input format" block, read
+Each test runs the documented command for one input (docs/formats.md, read
 by `helpers.formats.readme_command`) with the README's placeholders filled by tiny data the
 test writes in the shipped layout (from the shared squad-open and QA files), plus only the
 overrides that keep it cheap and isolated (`paths.data_dir`, `paths.cache_dir`, the run dir;
@@ -176,7 +176,7 @@ def test_save_to_disk_documents(tmp_path: Path, data: dict) -> None:
     assert "proposition" not in units_manifest(cache)["units"]
 
 
-# -- BEIR: the README's sweep command (a multirun: table2.md from its callback) -----------------------------------------
+# -- BEIR: the documented sweep command (docs/formats.md) (a multirun: table2.md from its callback) -----------------------------------------
 
 
 def _pytrec(retrieval: Path, qrels_path: Path) -> dict[str, float]:
@@ -203,13 +203,14 @@ def test_beir_directory_readme_command(tmp_path: Path, data: dict) -> None:
     sweep = tmp_path / "sweep"
     words = fill(readme_command("beir"), DIR=str(beir))
     assert run_cli(words, f"paths.cache_dir={tmp_path / 'cache'}", f"hydra.sweep.dir={sweep}") == 0
-    (row,) = read_jsonl(sweep / "0" / "results.jsonl")
+    cell = next(sweep.glob("0_*"))  # cell folders name their overrides
+    (row,) = read_jsonl(cell / "results.jsonl")
     assert row["n_questions"] == len(data["subset"]["questions"]) == 696
     undefined = [k for k in row if k.startswith(("recall@", "answer_recall@", "em@"))]
     assert undefined == [], undefined  # BEIR queries have no answer strings
     metrics = [k for k in row if "@" in k]
     assert metrics[:2] == ["ndcg@10", "mrr@10"]  # the gold metrics lead the row
-    ref = _pytrec(sweep / "0" / "retrieval.json.gz", beir / "qrels" / "test.tsv")
+    ref = _pytrec(cell / "retrieval.json.gz", beir / "qrels" / "test.tsv")
     for key in ("ndcg@10", "mrr@10"):
         assert math.isclose(row[key], ref[key], abs_tol=0.01), (key, row[key], ref[key])
     assert 50 < row["ndcg@10"] < 100  # BM25 on SQuAD's own paragraphs finds most gold chunks

@@ -60,22 +60,28 @@ def test_coverage_and_unsupported_exact_values():
 # --- the training data's validation split ---------------------------------------------------
 
 
-def test_validation_passages_are_the_data_modules_validation_pairs(squad_open):
+def test_validation_and_test_passages_are_the_data_modules_splits(squad_open):
+    """The report's validation/train/test passages are the data module's (three article-level
+    splits at data.val_fraction / data.test_fraction); test articles never reach training."""
     dm = PropositionDataModule(
         passages=str(squad_open / "passages.jsonl"),
         propositions=str(squad_open / "propositions.jsonl"),
         val_fraction=0.1,
+        test_fraction=0.1,
     )
     dm.load_pairs()
     passages = _jsonl(squad_open / "passages.jsonl")
-    val = split_passage_ids(passages, 0.1)
-    assert val == [p["id"] for p in dm.val_pairs] and len(val) == 268
-    train = split_passage_ids(passages, 0.1, "train")
+    val = split_passage_ids(passages, 0.1, "validation", 0.1)
+    assert val == [p["id"] for p in dm.val_pairs_all] and len(val) == 100
+    train = split_passage_ids(passages, 0.1, "train", 0.1)
     assert train == [p["id"] for p in dm.train_pairs]
-    assert {i.split("#")[0] for i in val} >= {VAL_ARTICLE}
-    assert not {i.split("#")[0] for i in val} & {TRAIN_ARTICLE}
+    test = split_passage_ids(passages, 0.1, "test", 0.1)
+    assert len(test) == 268 and test == split_passage_ids(passages, 0.1)  # the old held-out five
+    assert {i.split("#")[0] for i in test} >= {VAL_ARTICLE}
+    assert not {i.split("#")[0] for i in val + test} & {TRAIN_ARTICLE}
+    assert not set(test) & set(train) and not set(val) & set(train) and not set(val) & set(test)
     with pytest.raises(ValueError, match="split"):
-        split_passage_ids(passages, 0.1, "test")
+        split_passage_ids(passages, 0.1, "dev")
 
 
 # --- per-passage parse results from the generation shards -----------------------------------
@@ -260,7 +266,11 @@ def test_val_fraction_comes_from_the_trained_models_export(tmp_path):
     (export / "manifest.json").write_text(json.dumps({"config": {"data": {"val_fraction": 0.2}}}))
     task = OmegaConf.create({"val_fraction": None, "subset": "validation"})
     model = OmegaConf.create({"type": "model", "model": str(export)})
-    assert resolve_val_fraction(task, model) == (0.2, str(export / "manifest.json"))
-    assert resolve_val_fraction(task, OmegaConf.create({"type": "file"})) == (0.1, "default")
+    assert resolve_val_fraction(task, model) == ((0.2, 0.0), str(export / "manifest.json"))
+    assert resolve_val_fraction(task, OmegaConf.create({"type": "file"})) == ((0.1, 0.0), "default")
     task.val_fraction = 0.3
-    assert resolve_val_fraction(task, model) == (0.3, "task.val_fraction")
+    assert resolve_val_fraction(task, model) == ((0.3, 0.0), "task.val_fraction")
+    data = {"val_fraction": 0.1, "test_fraction": 0.1}  # a model trained on three splits
+    (export / "manifest.json").write_text(json.dumps({"config": {"data": data}}))
+    task.val_fraction = None
+    assert resolve_val_fraction(task, model) == ((0.1, 0.1), str(export / "manifest.json"))

@@ -1,9 +1,9 @@
 """Tiny inputs in every documented format, written by the tests (from the shared squad-open
-data where a real corpus is needed), and the README's commands for them.
+data where a real corpus is needed), and the documented commands for them.
 
-`readme_command(fmt)` returns the command line the README documents for input `fmt` (the
-line after a `# input: fmt` comment in its "Every input format" block): the formats matrix
-runs exactly those, with the README's placeholders (`DIR`, `FILE`, `DATA`) replaced by the
+`readme_command(fmt)` returns the command line the documentation (`docs/formats.md`, "Every
+input format") gives for input `fmt` (the line after a `# input: fmt` comment): the formats
+matrix runs exactly those, with the page's placeholders (`DIR`, `FILE`, `DATA`) replaced by the
 paths of the data written here.
 """
 
@@ -19,11 +19,13 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[2]
+FORMATS_PAGE = REPO / "docs" / "formats.md"
 
 
 def readme_command(fmt: str) -> list[str]:
-    """The README's command for input `fmt`, split into words (a missing one is an error)."""
-    lines = (REPO / "README.md").read_text(encoding="utf-8").splitlines()
+    """The documented command for input `fmt` (docs/formats.md), split into words (a missing
+    one is an error)."""
+    lines = FORMATS_PAGE.read_text(encoding="utf-8").splitlines()
     for i, line in enumerate(lines):
         if line.strip() == f"# input: {fmt}":
             cmd = lines[i + 1].strip()
@@ -31,11 +33,13 @@ def readme_command(fmt: str) -> list[str]:
                 i += 1
                 cmd = cmd[:-1] + " " + lines[i + 1].strip()
             return shlex.split(cmd)
-    raise AssertionError(f"README.md documents no command for input {fmt!r} ('# input: {fmt}')")
+    raise AssertionError(
+        f"docs/formats.md documents no command for input {fmt!r} ('# input: {fmt}')"
+    )
 
 
 def run_cli(words: list[str], *extra: str) -> int:
-    """Run `python SCRIPT ARGS...` (a README command) in this process, as the shell would run
+    """Run `python SCRIPT ARGS...` (a documented command) in this process, as the shell would run
     it (argv, Hydra, preflight, the stage); its exit status."""
     assert words[0] == "python", words
     script, args = str(REPO / words[1]), [*words[2:], *extra]

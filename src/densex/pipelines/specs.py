@@ -13,7 +13,7 @@ from typing import Any
 from densex.corpus.spec import GRANULARITIES
 from densex.utils.config import check_choices
 
-PROPOSITION_SUBSETS = ("all", "validation", "train")
+PROPOSITION_SUBSETS = ("all", "validation", "test", "train")
 GENERATE_MODES = ("auto", "subset", "corpus")
 
 
@@ -62,12 +62,15 @@ class PropositionsTaskSpec:
     predictions: str | None = None
     label: str | None = None  # the predicted system's name; null: model | predictions
     references: str | None = None  # JSONL {"id", "propositions"} (the teacher's)
-    # which passages: all | validation | train (the training data's article split, a fixed
-    # hash of the title: data.split_by_title)
+    # which passages: all | validation | test | train (the training data's article split, a
+    # fixed hash of the title: pairs.split_articles)
     subset: str = "validation"
     # the split's fraction; null = the trained model's data.val_fraction (its export's
     # manifest.json) when known, else 0.1
     val_fraction: float | None = None
+    # the test articles' fraction; null = the trained model's data.test_fraction when known,
+    # else 0 (a model trained before the three-way split)
+    test_fraction: float | None = None
     limit_passages: int | None = None  # the first N selected passages (quick checks)
     # what generation covers: auto (the whole corpus when its propositions are already cached,
     # as retrieval with propositionizer=model leaves them, else the selected passages) |

@@ -13,13 +13,14 @@ import os
 from pathlib import Path
 from typing import Any
 
+from densex.propositionizer.pairs import CONTENT_MARKER
 from densex.propositionizer.surface import PROP_TOKEN
 from densex.utils.cache import artifact_dir, content_key, ensure_built_dir, hash_file
 from densex.utils.models import resolve_model
 
 __all__ = ["build_copy_lm", "cached_copy_lm"]
 
-BUILD_VERSION = 3  # bump when the built directory changes (new head weights, settings)
+BUILD_VERSION = 4  # 4: the config names the content marker's ids (coverage counts the content only)
 _NOT_COPIED = {"model_type", "architectures", "transformers_version", "_name_or_path", "vocab_size"}
 
 
@@ -55,6 +56,7 @@ def build_copy_lm(
         "use_copy": use_copy,
         "copy_scale": copy_scale,
         "prop_token_id": tok.convert_tokens_to_ids(PROP_TOKEN),
+        "content_marker_ids": tok(CONTENT_MARKER, add_special_tokens=False)["input_ids"],
         "bos_token_id": tok.cls_token_id,
         "decoder_start_token_id": tok.cls_token_id,
         "eos_token_id": tok.sep_token_id,

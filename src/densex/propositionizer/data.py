@@ -20,7 +20,7 @@ from densex.propositionizer.pairs import (
     load_hf_pairs,
     load_jsonl_pairs,
     load_squad_open_pairs,
-    split_by_title,
+    split_articles,
 )
 from densex.propositionizer.resolve import SentenceSplitter
 from densex.propositionizer.sampler import LengthGroupedSampler
@@ -43,7 +43,14 @@ class PropositionDataModule(pl.LightningDataModule):
     whose source and target share the positions) also cuts each target to that many tokens
     minus its source's. `sentence_pairs` adds, to the training pairs only, one pair per sentence
     of each training passage (`sentence_pairs.py`; sentences split by `spacy_model`, as
-    `propositionizer.per_sentence` splits them at inference).
+    `propositionizer.per_sentence` splits them at inference), each reading its passage's
+    `context_sentences` earlier sentences (-1: all; `propositionizer.context_sentences` must
+    match at inference); `passage_pairs: false` then trains on those pairs alone.
+
+    Splits are by article (`pairs.split_articles`): `test_fraction` of the articles are held
+    out of training and validation altogether (the test articles; never read here),
+    `val_fraction` validate; `val_pairs_all` keeps every validation pair (`limit_val` limits
+    the ones the module validates on).
     """
 
     def __init__(
@@ -71,6 +78,9 @@ class PropositionDataModule(pl.LightningDataModule):
         dataset: Any = None,
         sentence_pairs: bool = False,
         spacy_model: str | None = "en_core_web_lg",
+        test_fraction: float = 0.0,
+        context_sentences: int = 0,
+        passage_pairs: bool = True,
     ) -> None:
         super().__init__()
         self.save_hyperparameters(ignore=["dataset"])
@@ -78,6 +88,7 @@ class PropositionDataModule(pl.LightningDataModule):
         self.tokenizer = None
         self.train_pairs: list[dict[str, Any]] = []
         self.val_pairs: list[dict[str, Any]] = []
+        self.val_pairs_all: list[dict[str, Any]] = []
         self.stats: dict[str, int] = {}
         self._loaded = False
 
@@ -105,18 +116,22 @@ class PropositionDataModule(pl.LightningDataModule):
         if h.val_path or h.val_split:  # a separate validation file / split (released data)
             train, val = pairs, self._read(h.val_path or h.path, h.val_split or h.split)
         else:
-            train, val = split_by_title(pairs, 0.0 if h.validate_on_train else h.val_fraction)
+            fractions = (0.0, 0.0) if h.validate_on_train else (h.val_fraction, h.test_fraction)
+            train, val, _ = split_articles(pairs, *fractions)
         self.train_pairs = train[: h.limit_train] if h.limit_train else train
         if h.validate_on_train:  # overfitting checks: validate on the training pairs themselves
             val = self.train_pairs
+        self.val_pairs_all = val
         self.val_pairs = val[: h.limit_val] if h.limit_val else val
         if not self.train_pairs:
             raise ValueError("no training pairs after split/limits")
         if h.sentence_pairs:
             extra = self._sentence_pairs(self.train_pairs)
             log.info("%d per-sentence pairs join the training pairs", len(extra))
-            self.train_pairs = self.train_pairs + extra
+            self.train_pairs = (self.train_pairs if h.passage_pairs else []) + extra
             self.stats["train/sentence_pairs"] = len(extra)
+        elif not h.passage_pairs:
+            raise ValueError("data.passage_pairs=false needs data.sentence_pairs=true")
         self._loaded = True
         log.info(
             "propositionizer data: %d train pairs (%d articles), %d validation pairs (%d articles)",
@@ -128,7 +143,8 @@ class PropositionDataModule(pl.LightningDataModule):
 
     def _sentence_pairs(self, pairs: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """The per-sentence pairs of `pairs` (split by `spacy_model`)."""
-        return sentence_pairs(pairs, SentenceSplitter(self.hparams.spacy_model).many)
+        h = self.hparams
+        return sentence_pairs(pairs, SentenceSplitter(h.spacy_model).many, h.context_sentences)
 
     def texts(self) -> list[str]:
         """Sources and targets of the training pairs (to train a tiny model's vocabulary)."""

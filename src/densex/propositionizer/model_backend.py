@@ -72,10 +72,17 @@ def _model_inputs(
     (`sentence_inputs.py`; split by `opts.spacy_model`, the sentence units' splitter) and
     each unit's passage index."""
     if not opts.per_sentence:
+        if opts.context_sentences:
+            raise ValueError(
+                f"propositionizer.context_sentences={opts.context_sentences} needs per-sentence "
+                "inputs. Fix: propositionizer.per_sentence=true (or context_sentences=0)"
+            )
         return passages, None
     split = SentenceSplitter(opts.spacy_model)
     units, owners = sentence_units(
-        passages, lambda texts: track(split.many(texts), "sentences", len(passages), "passages")
+        passages,
+        lambda texts: track(split.many(texts), "sentences", len(passages), "passages"),
+        opts.context_sentences,
     )
     log.info("per sentence: %d passages -> %d model inputs", len(passages), len(units))
     return units, owners
@@ -258,6 +265,8 @@ def _shards_key(
     batch_size and dtype do not change greedy outputs in principle, but bf16 vs fp32 can flip
     near-ties; keep dtype in the key, leave batch_size out so a resume may change it."""
     per_sentence = {"per_sentence": True} if opts.per_sentence else {}  # old keys unchanged
+    if opts.per_sentence and opts.context_sentences:
+        per_sentence["context_sentences"] = opts.context_sentences
     return content_key(
         model=fingerprint,
         passages=passages_sha,
@@ -276,6 +285,7 @@ def _settings_record(settings: dict[str, Any], opts: ModelSettings) -> dict[str,
         "shard_size": opts.shard_size,
         "decoding": "greedy" if opts.num_beams == 1 else "beam",
         "per_sentence": bool(opts.per_sentence),
+        "context_sentences": opts.context_sentences if opts.per_sentence else 0,
     }
 
 

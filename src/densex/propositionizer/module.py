@@ -92,7 +92,8 @@ class PropositionizerModule(pl.LightningModule):
     `config_overrides` set existing attributes of the loaded model's config (e.g. the copy
     student's `coverage_loss`; they travel with the export; an unknown key is an error).
     `tiny` and `warm_start` are the build specs the pipeline used to make `name_or_path`
-    (recorded, not used here).
+    (recorded, not used here). `generate_on_validation: false` makes validation the loss
+    only (a callback that generates its own way, e.g. per sentence, scores the model).
     """
 
     def __init__(
@@ -112,6 +113,7 @@ class PropositionizerModule(pl.LightningModule):
         warm_start: dict[str, Any] | None = None,
         decoder_input_dropout: float = 0.0,
         config_overrides: dict[str, Any] | None = None,
+        generate_on_validation: bool = True,
     ) -> None:
         super().__init__()
         from transformers import AutoTokenizer
@@ -213,8 +215,8 @@ class PropositionizerModule(pl.LightningModule):
         )
         if getattr(out, "coverage", None) is not None:
             self.log("val/coverage", out.coverage, on_epoch=True, batch_size=n, sync_dist=True)
-        if self.trainer.sanity_checking:  # loss only: no need to load the metric model
-            return
+        if self.trainer.sanity_checking or not self.hparams.get("generate_on_validation", True):
+            return  # loss only (sanity checks: no need to load the metric model)
         for pid, pred, gold in zip(
             batch["id"],
             self.generate(batch["input_ids"], batch["attention_mask"], batch["source"]),

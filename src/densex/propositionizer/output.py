@@ -33,10 +33,12 @@ NO_SKIPS: dict[str, Any] = {"total": 0, "by_field": {}, "examples": []}
 
 
 def passage_source(passage: Record) -> str:
-    """The model input for a passage, `Title: {title}. Section: {section}. Content: {text}`:
-    the same string as the training pairs (`pairs.format_source`), so a fine-tuned checkpoint
-    sees at inference exactly what it was trained on."""
-    return format_source(passage.get("title") or "", passage.get("section") or "", passage["text"])
+    """The model input for a passage (or a per-sentence unit, with its `context` when it has
+    one), `Title: {title}. Section: {section}. Content: {text}`: the same string as the
+    training pairs (`pairs.format_source`), so a fine-tuned checkpoint sees at inference
+    exactly what it was trained on."""
+    title, section = passage.get("title") or "", passage.get("section") or ""
+    return format_source(title, section, passage["text"], passage.get("context"))
 
 
 def manifest_path(out_path: str | os.PathLike) -> Path:

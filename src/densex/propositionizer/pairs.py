@@ -1,13 +1,16 @@
 """Passage -> propositions pairs for fine-tuning a propositionizer: the readers and the split.
 
 A pair is ``{"id", "title", "source", "target"}``: the source is the paper's input string
-``Title: {title}. Section: {section}. Content: {text}`` and the target the JSON list of
+``Title: {title}. Section: {section}. Content: {text}`` (per-sentence inputs may carry the
+passage's earlier sentences as read-only context: ``... Section: {section}. Context:
+{earlier sentences} Content: {sentence}``) and the target the JSON list of
 propositions (``json.dumps(..., ensure_ascii=False)``), exactly what the model must generate.
 Three readers produce pairs: the shared squad-open files (passages + propositions joined on
 id), the released Hugging Face training data (``sources``/``targets`` columns), and JSONL;
 bad rows are `DataError`s naming file, line and field, and pair ids are unique.
-The train/validation split is by article, from a fixed hash of the title, so no article leaks
-across it and the split does not change with file order, seeds or Python's hash salt.
+The train/validation/test split is by article, from a fixed hash of the title (`split_articles`),
+so no article leaks across it and the split does not change with file order, seeds or Python's
+hash salt.
 """
 
 from __future__ import annotations
@@ -28,18 +31,26 @@ __all__ = [
     "load_hf_pairs",
     "load_jsonl_pairs",
     "load_squad_open_pairs",
+    "split_articles",
     "split_by_title",
     "split_source",
     "title_of_source",
 ]
 
 _TITLE_RE = re.compile(r"^Title:\s*(.*?)\.\s*Section:", re.DOTALL)
-_SOURCE_RE = re.compile(r"^Title:\s?(.*?)\. Section:\s?(.*?)\. Content:\s?(.*)$", re.DOTALL)
+_SOURCE_RE = re.compile(
+    r"^Title:\s?(.*?)\. Section:\s?(.*?)\.(?: Context:\s?(.*?))? Content:\s?(.*)$", re.DOTALL
+)
+CONTENT_MARKER = "Content:"  # what precedes the text the propositions are written for
 
 
-def format_source(title: str, section: str, text: str) -> str:
-    """The propositionizer's input string (paper, Figure 8 and the released model card)."""
-    return f"Title: {title}. Section: {section}. Content: {text}"
+def format_source(title: str, section: str, text: str, context: str | None = None) -> str:
+    """The propositionizer's input string (paper, Figure 8 and the released model card); with
+    a non-empty `context` (a passage's earlier sentences, for a per-sentence input) that text
+    sits, marked, between the section and the content: read, not propositionized."""
+    if context:
+        return f"Title: {title}. Section: {section}. Context: {context} {CONTENT_MARKER} {text}"
+    return f"Title: {title}. Section: {section}. {CONTENT_MARKER} {text}"
 
 
 def format_target(propositions: Sequence[str]) -> str:
@@ -48,9 +59,10 @@ def format_target(propositions: Sequence[str]) -> str:
 
 
 def split_source(source: str) -> tuple[str, str, str] | None:
-    """(title, section, text) of a `format_source` string; None for any other string."""
+    """(title, section, text) of a `format_source` string (its context, if any, dropped);
+    None for any other string."""
     m = _SOURCE_RE.match(source)
-    return None if m is None else (m.group(1), m.group(2), m.group(3))
+    return None if m is None else (m.group(1), m.group(2), m.group(4))
 
 
 def title_of_source(source: str) -> str:
@@ -202,22 +214,44 @@ def _title_bucket(title: str) -> float:
     return int(hashlib.sha1(title.encode("utf-8")).hexdigest()[:12], 16) / 16**12
 
 
+def split_articles(
+    pairs: Sequence[dict[str, Any]], val_fraction: float, test_fraction: float = 0.0
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]:
+    """(train, validation, test) by article from the title's fixed hash b in [0, 1):
+    b < `test_fraction` is test, `test_fraction` <= b < `test_fraction` + `val_fraction` is
+    validation (carved from what would otherwise train), the rest train. With `test_fraction`
+    0 this is the historical two-way split; with 0.1 the test articles are exactly the
+    validation articles of the two-way split at 0.1 (the held-out articles of earlier runs).
+
+    With a positive fraction and at least two articles left, that split is never empty: if no
+    title hashes into its range, the remaining title with the smallest hash is used; the last
+    title is never taken from training.
+    """
+    titles = sorted({p["title"] for p in pairs}, key=_title_bucket)
+    test = _take(titles, set(), test_fraction, lambda b: b < test_fraction)
+    lo, hi = test_fraction, test_fraction + val_fraction
+    val = _take(titles, test, val_fraction, lambda b: lo <= b < hi)
+    out: tuple[list, list, list] = ([], [], [])
+    for p in pairs:
+        out[1 if p["title"] in val else 2 if p["title"] in test else 0].append(p)
+    return out
+
+
+def _take(titles: list[str], taken: set[str], fraction: float, rule: Any) -> set[str]:
+    """The titles (of `titles`, sorted by hash, minus `taken`) a split at `fraction` takes."""
+    left = [t for t in titles if t not in taken]
+    if fraction <= 0 or len(left) < 2:
+        return set()
+    chosen = {t for t in left if rule(_title_bucket(t))} or {left[0]}
+    if len(chosen) == len(left):
+        chosen.discard(left[-1])
+    return chosen
+
+
 def split_by_title(
     pairs: Sequence[dict[str, Any]], val_fraction: float
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """Train/validation split by article: a title goes to validation iff its hash < fraction.
-
-    With a positive fraction and at least two articles, validation is never empty: if no
-    title hashes under the fraction, the title with the smallest hash is used.
-    """
-    if val_fraction <= 0:
-        return list(pairs), []
-    titles = {p["title"] for p in pairs}
-    val_titles = {t for t in titles if _title_bucket(t) < val_fraction}
-    if not val_titles and len(titles) > 1:
-        val_titles = {min(titles, key=_title_bucket)}
-    if val_titles == titles and len(titles) > 1:
-        val_titles.discard(max(titles, key=_title_bucket))
-    train = [p for p in pairs if p["title"] not in val_titles]
-    val = [p for p in pairs if p["title"] in val_titles]
+    """Train/validation split by article: a title goes to validation iff its hash < fraction
+    (`split_articles` without a test split)."""
+    train, val, _ = split_articles(pairs, val_fraction)
     return train, val

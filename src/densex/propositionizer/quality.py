@@ -1,7 +1,7 @@
 """What a quality report needs to know about a propositionizer's output, beyond the text.
 
 - `split_passage_ids`: the passages of the training split's train or validation articles,
-  by the very rule `PropositionDataModule` splits its pairs with (`pairs.split_by_title`: a
+  by the very rule `PropositionDataModule` splits its pairs with (`pairs.split_articles`: a
   fixed hash of the title), so a report can run on exactly the passages a model never saw.
 - `parse_outcomes`: per passage, how its propositions were obtained (strict JSON, repaired,
   or a fallback) and whether generation hit `max_new_tokens`, recovered from the generation
@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from densex.propositionizer.output import manifest_path
-from densex.propositionizer.pairs import split_by_title
+from densex.propositionizer.pairs import split_articles
 from densex.propositionizer.parse import parse_propositions
 from densex.propositionizer.sentence_inputs import passage_units
 from densex.utils.io import DataError, read_json, read_jsonl
@@ -27,7 +27,7 @@ log = get_logger(__name__)
 
 __all__ = ["PARSE_KEYS", "parse_outcomes", "read_generation_manifest", "split_passage_ids"]
 
-SPLITS = ("train", "validation")
+SPLITS = ("train", "validation", "test")
 # the generation manifest's parse counts (write_propositions / ParseStats.as_dict)
 PARSE_KEYS = (
     "passages",
@@ -44,20 +44,24 @@ PARSE_KEYS = (
 
 
 def split_passage_ids(
-    passages: Sequence[Record], val_fraction: float, split: str = "validation"
+    passages: Sequence[Record],
+    val_fraction: float,
+    split: str = "validation",
+    test_fraction: float = 0.0,
 ) -> list[str]:
     """Ids of the passages (`{"id", "title", ...}`, in order) whose article the training data
-    split puts in `split` ("train" | "validation") at `val_fraction` (`data.val_fraction`).
+    split puts in `split` ("train" | "validation" | "test") at `val_fraction` and
+    `test_fraction` (`data.val_fraction`, `data.test_fraction`).
 
     The rule is per title, so a passage's split does not depend on the other passages; only
-    the edge cases of `split_by_title` (no title hashes under the fraction, or all do) look at
+    the edge cases of `split_articles` (no title hashes into a range, or all do) look at
     the whole title set, which is the same as training's when `passages` are its passages.
     """
     if split not in SPLITS:
         raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
     rows = [{"id": p["id"], "title": p.get("title") or ""} for p in passages]
-    train, val = split_by_title(rows, float(val_fraction))
-    return [r["id"] for r in (val if split == "validation" else train)]
+    train, val, test = split_articles(rows, float(val_fraction), float(test_fraction))
+    return [r["id"] for r in {"train": train, "validation": val, "test": test}[split]]
 
 
 def read_generation_manifest(propositions_path: str | os.PathLike) -> dict[str, Any] | None:

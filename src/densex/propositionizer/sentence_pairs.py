@@ -17,7 +17,7 @@ from typing import Any
 
 from densex.metrics.propositions import content_words
 from densex.propositionizer.pairs import format_source, format_target, split_source
-from densex.propositionizer.sentence_inputs import UNIT_SEP
+from densex.propositionizer.sentence_inputs import UNIT_SEP, context_of
 
 __all__ = ["align_propositions", "sentence_pairs"]
 
@@ -42,9 +42,12 @@ def align_propositions(
 def sentence_pairs(
     pairs: Sequence[dict[str, Any]],
     split_many: Callable[[Iterable[str]], Iterator[list[str]]],
+    context_sentences: int = 0,
 ) -> list[dict[str, Any]]:
     """Per-sentence pairs `{"id": "{pair id}::s{k}", "title", "source", "target"}` of `pairs`
-    (`pairs.py`'s format; `split_many`: texts -> their sentences). A pair whose source is not
+    (`pairs.py`'s format; `split_many`: texts -> their sentences), each source with the
+    earlier sentences of its passage as context (`sentence_inputs.context_of`, the same
+    window as inference's `propositionizer.context_sentences`). A pair whose source is not
     the `format_source` string is a ValueError naming it."""
     parts = []
     for p in pairs:
@@ -63,7 +66,9 @@ def sentence_pairs(
                     {
                         "id": f"{p['id']}{UNIT_SEP}{k}",
                         "title": p["title"],
-                        "source": format_source(title, section, sentence),
+                        "source": format_source(
+                            title, section, sentence, context_of(sentences, k, context_sentences)
+                        ),
                         "target": format_target(group),
                     }
                 )

@@ -56,6 +56,10 @@ class ModelSettings(PropositionizerSettings):
     # one model input per sentence (title and section as context), a passage's propositions
     # its sentences' in order (sentence_inputs.py); false: one input per passage, as the paper
     per_sentence: bool = False
+    # with per_sentence: each sentence's input also carries this many earlier sentences of its
+    # passage as marked, read-only context (-1: all of them; 0: none); a model trained with
+    # data.context_sentences=k reads its inputs so
+    context_sentences: int = 0
     shard_size: int = 256  # model inputs (passages, or sentences) per resumable shard
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -38,14 +39,31 @@ def resolve_model(name_or_path: str) -> str:
     return name_or_path
 
 
+def cpu_has_fast_bf16() -> bool:
+    """Whether this CPU computes bf16 natively (AMX tiles or AVX512-BF16, by /proc/cpuinfo's
+    flags): there bf16 matmuls run 2-3x faster than fp32; without them (AVX-512 alone) oneDNN
+    emulates bf16 and it runs ~4x slower than fp32 (2048x384x1536: 47 ms vs 11 ms)."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return False
+    flags = set(re.findall(r"\b(amx_bf16|avx512_bf16)\b", text))
+    return bool(flags)
+
+
 def resolve_precision(precision: str | int | None) -> str | int | None:
     """Lightning precision; `auto` means bf16 mixed precision on a GPU that supports it (the
-    setting the paper's models were trained and run in), full fp32 elsewhere."""
-    if str(precision) != "auto":
+    setting the paper's models were trained and run in), full fp32 elsewhere; `auto-cpu` also
+    takes bf16 mixed precision on a CPU with native bf16 (`cpu_has_fast_bf16`)."""
+    if str(precision) not in ("auto", "auto-cpu"):
         return precision
     import torch
 
-    return "bf16-mixed" if resolve_dtype("auto") is torch.bfloat16 else "32-true"
+    if resolve_dtype("auto") is torch.bfloat16:
+        return "bf16-mixed"
+    if str(precision) == "auto-cpu" and cpu_has_fast_bf16():
+        return "bf16-mixed"
+    return "32-true"
 
 
 _DTYPES = {

@@ -38,8 +38,9 @@ def propositions_key(cfg: DictConfig, passages_path: Path) -> str:
     for rule in DECODING_RULES:  # keyed only when set: the keys of runs without them stay
         if settings.get(rule) is None:
             settings.pop(rule, None)
-    if not settings.get("per_sentence"):  # likewise: per-passage keys stay as they were
-        settings.pop("per_sentence", None)
+    for name in ("per_sentence", "context_sentences"):  # likewise: keyed only when set
+        if not settings.get(name):
+            settings.pop(name, None)
     ptype = str(settings.get("type", "model"))
     content: dict[str, Any] = {}
     if ptype == "model" and settings.get("model") not in (None, "???"):

@@ -65,7 +65,7 @@ def hf_dataset_source(src: str, key: str) -> str:
         raise PreflightError(
             f"{key}: dataset '{src}' is not in the Hugging Face cache and the hub is offline"
             f" (HF_HUB_OFFLINE=1). Fix: {key}=/path/to/a/save_to_disk/dir, or fetch it where"
-            f" the hub is reachable (huggingface-cli download --repo-type dataset {src})"
+            f" the hub is reachable (hf download {src} --repo-type dataset)"
         )
     return "hub"
 
@@ -116,7 +116,7 @@ def check_model(name: Any, key: str, fixes: Sequence[str]) -> str:
             f"{key}: model '{name}' is not in the Hugging Face cache and the hub is offline"
             f" (HF_HUB_OFFLINE=1). Fix: {fixes[0]} (a directory holding the model's files)"
             + "".join(f", or {f}" for f in fixes[1:])
-            + f"; or download it where the hub is reachable: huggingface-cli download {name}"
+            + f"; or download it where the hub is reachable: hf download {name}"
         )
     _ask_hub(name, key, fix)
     return "hub"

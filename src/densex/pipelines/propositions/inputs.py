@@ -57,11 +57,13 @@ def read_propositions_for(
     return out
 
 
-def resolve_val_fraction(task: Any, propositionizer: Any) -> tuple[float, str]:
-    """(fraction, where it came from): `task.val_fraction`, else the trained model's
-    `data.val_fraction` from its export manifest (`hf_model/manifest.json`), else 0.1."""
-    if task.get("val_fraction") is not None:
-        return float(task.val_fraction), "task.val_fraction"
+def resolve_val_fraction(task: Any, propositionizer: Any) -> tuple[tuple[float, float], str]:
+    """((validation fraction, test fraction), where they came from): `task.val_fraction` /
+    `task.test_fraction`, else the trained model's `data.val_fraction` / `data.test_fraction`
+    from its export manifest (`hf_model/manifest.json`), else 0.1 and 0 (a model trained
+    before the three-way split)."""
+    data: dict[str, Any] = {}
+    source = "default"
     model = (propositionizer or {}).get("model")
     manifest = Path(str(model)) / "manifest.json" if model not in (None, "???") else None
     if manifest is not None and manifest.is_file():
@@ -74,20 +76,31 @@ def resolve_val_fraction(task: Any, propositionizer: Any) -> tuple[float, str]:
                 task.get("subset"),
             )
         if data.get("val_fraction") is not None:
-            return float(data["val_fraction"]), str(manifest)
-    return DEFAULT_VAL_FRACTION, "default"
+            source = str(manifest)
+    val = task.get("val_fraction")
+    val = data.get("val_fraction", DEFAULT_VAL_FRACTION) if val is None else val
+    test = task.get("test_fraction")
+    test = data.get("test_fraction", 0.0) if test is None else test
+    if task.get("val_fraction") is not None:
+        source = "task.val_fraction"
+    return (float(val), float(test or 0.0)), source
 
 
 def select_passages(
-    passages: Sequence[dict[str, Any]], subset: str, val_fraction: float, limit: int | None
+    passages: Sequence[dict[str, Any]],
+    subset: str,
+    fractions: tuple[float, float],
+    limit: int | None,
 ) -> list[dict[str, Any]]:
-    """The passages of `subset` (all | validation | train, by article), first `limit` kept."""
+    """The passages of `subset` (all | validation | test | train, by article at `fractions`
+    = (validation, test)), first `limit` kept."""
 
     check_choices("task", subset=(subset, PROPOSITION_SUBSETS))
     if subset == "all":
         chosen = list(passages)
     else:
-        keep = set(split_passage_ids(passages, val_fraction, subset))
+        val_fraction, test_fraction = fractions
+        keep = set(split_passage_ids(passages, val_fraction, subset, test_fraction))
         chosen = [p for p in passages if p["id"] in keep]
     return chosen[:limit] if limit else chosen
 

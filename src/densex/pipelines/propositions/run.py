@@ -37,10 +37,11 @@ def run(cfg: DictConfig) -> float:
     task = cfg.task
     files = build_corpus_units(cfg, with_generated=False)
     passages = read_passages(files.passages)
-    val_fraction, val_source = resolve_val_fraction(task, cfg.get("propositionizer"))
+    fractions, val_source = resolve_val_fraction(task, cfg.get("propositionizer"))
+    val_fraction = fractions[0]
     subset = str(task.get("subset", "validation"))
     limit = task.get("limit_passages")
-    selected = select_passages(passages, subset, val_fraction, int(limit) if limit else None)
+    selected = select_passages(passages, subset, fractions, int(limit) if limit else None)
     ref_path, references, evaluated, no_reference = references_for(task, selected)
     found = report_systems(cfg, files, references, evaluated)
     if found is None:  # ddp: rank 0 reports

@@ -55,9 +55,12 @@ def run(cfg: DictConfig) -> float:
     ckpt_path = resolve_ckpt(cfg.get("ckpt_path"), cfg)
     trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path, weights_only=True)
 
-    best_path, best, best_ckpt = best_score(trainer, cfg.get("optimized_metric") or MONITOR)
+    monitor = cfg.get("optimized_metric") or MONITOR
+    best_path, best, best_ckpt = best_score(trainer, monitor)
     if trainer.is_global_zero:
+        # best_val_set_f1: the monitored metric's best value, under its historical name
         summary = {"best_val_set_f1": best, "best_checkpoint": best_path or None, **plan}
+        summary["monitor"] = monitor
         summary |= load_best_weights(module, best_ckpt)
         del best_ckpt  # the checkpoint (optimizer states included) before the export
         export_model(cfg, trainer, module, summary)
@@ -117,5 +120,6 @@ def export_model(
     config = redact_config(OmegaConf.to_container(cfg, resolve=True))
     export = module.export_hf(out_dir / "hf_model", config=config, **summary)
     write_json(out_dir / "train_summary.json", {**summary, "hf_model": str(export)})
-    log.info("best val/set_f1 %.4f; exported %s", summary["best_val_set_f1"], export)
+    name = summary.get("monitor", MONITOR)
+    log.info("best %s %.4f; exported %s", name, summary["best_val_set_f1"], export)
     return export
