@@ -1,23 +1,35 @@
-"""Hydra entry: segment -> units -> embeddings -> faiss index. Preflight, then the logic in `densex.pipelines.index.run`."""
+"""Hydra entry: segment -> units -> embeddings -> faiss index. Preflight, then the logic in `densex.pipelines.index.run`.
+
+`python index.py --help` is answered without Hydra (`densex.pipelines.entry_help`: under a second)."""
 
 import os
+import sys
 from pathlib import Path
 
-import hydra
-from omegaconf import DictConfig
+from densex.pipelines.entry_help import exit_if_help
 
-from densex.pipelines.schemas import register_configs
-
-os.environ.setdefault("PROJECT_ROOT", str(Path(__file__).resolve().parent))
-register_configs()
+ROOT = Path(__file__).resolve().parent
+os.environ.setdefault("PROJECT_ROOT", str(ROOT))
 
 
-@hydra.main(version_base="1.3", config_path="conf", config_name="index")
-def main(cfg: DictConfig) -> float | None:
-    from densex.pipelines.preflight.run import main as run_entry
+def main() -> float | None:
+    """Compose conf/index.yaml with the command line (Hydra), then preflight and run."""
+    import hydra
+    from omegaconf import DictConfig
 
-    return run_entry(cfg, "index")
+    from densex.pipelines.schemas import register_configs
+
+    register_configs()
+
+    @hydra.main(version_base="1.3", config_path="conf", config_name="index")
+    def index(cfg: DictConfig) -> float | None:
+        from densex.pipelines.preflight.run import main as run_entry
+
+        return run_entry(cfg, "index")
+
+    return index()
 
 
 if __name__ == "__main__":
+    exit_if_help("index", ROOT / "conf", sys.argv[1:])
     main()

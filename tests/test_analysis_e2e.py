@@ -208,15 +208,22 @@ def test_analyze_sweep_writes_significance_and_winloss(sweep):
     written = analyze_sweep(sweep, ks=(5, 20), n_resamples=2000, seed=0)
     sig = list(csv.DictReader((sweep / "significance.csv").read_text().splitlines()))
     pairs = {(r["a"], r["b"], r["metric"]) for r in sig}
-    assert ("proposition", "passage", "hit@5") in pairs
-    assert ("proposition", "sentence", "hit@20") in pairs
-    assert ("mixed", "passage", "rr@10") in pairs
+    # every reported metric is tested (R@k, AR@l, MRR@10, nDCG@10), named as the tables name it
+    assert ("proposition", "passage", "R@5") in pairs
+    assert ("proposition", "sentence", "R@20") in pairs
+    assert ("mixed", "passage", "MRR@10") in pairs and ("mixed", "passage", "nDCG@10") in pairs
+    assert ("proposition", "passage", "AR@100") in pairs
     for r in sig:
         assert float(r["ci_low"]) <= float(r["diff"]) <= float(r["ci_high"])
         assert 0 < float(r["p_randomization"]) <= 1
+        assert (
+            r["randomization_resamples"] in ("exact", "2000") and r["bootstrap_resamples"] == "2000"
+        )
+        assert r["significant"] == str(float(r["p_randomization"]) < 0.05)
+    assert "reader" not in sig[0] and "budget" not in sig[0]  # no EM@l compared: no QA columns
     md = (sweep / "table2.md").read_text()
-    assert "Paired tests" in md and "proposition vs passage" in md
-    assert "| Mixed |" in md  # fused cells are ordinary rows
+    assert "Decision rule: " in md and "proposition vs passage" in md
+    assert "| mixed |" in md  # fused cells are ordinary rows
     wl = (sweep / "winloss.md").read_text()
     assert "answer type" in wl and "question length" in wl
     rows = list(csv.DictReader((sweep / "winloss.csv").read_text().splitlines()))
@@ -308,20 +315,20 @@ def test_analyze_sweep_marks_significant_gains(tmp_path):
         (r["a"], r["b"], r["metric"]): r
         for r in csv.DictReader((tmp_path / "significance.csv").read_text().splitlines())
     }
-    r5, r20 = sig[("proposition", "passage", "hit@5")], sig[("proposition", "passage", "hit@20")]
+    r5, r20 = sig[("proposition", "passage", "R@5")], sig[("proposition", "passage", "R@20")]
     assert float(r5["diff"]) == pytest.approx(30.0) and float(r5["p_randomization"]) < 0.001
     assert float(r20["diff"]) == 0.0 and float(r20["p_randomization"]) == 1.0
     md = (tmp_path / "table2.md").read_text()
-    psg = next(x for x in md.splitlines() if x.startswith("| ") and "Passage" in x)
+    psg = next(x for x in md.splitlines() if x.startswith("| ") and "passage" in x)
     assert "†" not in psg and "| 0.0 | 44.0 |" in psg
-    line = next(x for x in md.splitlines() if x.startswith("| ") and "Proposition" in x)
+    line = next(x for x in md.splitlines() if x.startswith("| ") and "proposition" in x)
     assert "†" in line.split("|")[3] and "†" not in line.split("|")[4]
     gain = next(x for x in md.splitlines() if "Δ prop − psg" in x)
     assert "+30.0**" in gain
     wl = list(csv.DictReader((tmp_path / "winloss.csv").read_text().splitlines()))
-    overall = next(r for r in wl if r["bucket"] == "all" and r["metric"] == "hit@5")
+    overall = next(r for r in wl if r["bucket"] == "all" and r["metric"] == "R@5")
     assert (int(overall["wins"]), int(overall["losses"])) == (60, 0)
     by_type = {
-        r["bucket"]: r for r in wl if r["bucketing"] == "answer type" and r["metric"] == "hit@5"
+        r["bucket"]: r for r in wl if r["bucketing"] == "answer type" and r["metric"] == "R@5"
     }
     assert int(by_type["date"]["n"]) == 100 and int(by_type["entity"]["n"]) == 100

@@ -169,3 +169,25 @@ def test_a_student_trained_on_context_pairs_names_the_person_a_pronoun_stands_fo
     texts = output_decoder(tok)(out, sources)
     named = [name in " ".join(parse_prediction(t) or []) for t, (_, name) in zip(texts, second)]
     assert sum(named) >= 3, json.dumps(texts)
+
+
+def test_min_shared_words_drops_degenerate_propositions_and_falls_back_when_none_is_left():
+    """`propositionizer.min_shared_words`: a proposition must share content words (the title's
+    left out) with the sentence it was written for; the copied-title loops of an early student
+    share none and go; an output left empty falls back on its sentence, saying why."""
+    from densex.propositionizer.resolve import resolve_output, supported
+
+    sentence = "Commensal flora reduces the probability that pathogens cause illness."
+    props = [
+        "Commensal flora reduces the probability that pathogens cause illness.",
+        "The Immune system is a a a Immune system.",
+        "The Immune system.",
+    ]
+    assert supported(props, sentence, "Immune system", 1) == props[:1]
+    assert supported(props, sentence, "Immune system", 0) == props
+    raw = json.dumps(props[1:])
+    kept = resolve_output(raw, sentence, "sentences", min_shared=1, title="Immune system")
+    assert kept.propositions == [sentence] and kept.reason == "unsupported"
+    assert (
+        resolve_output(raw, sentence, "sentences", title="Immune system").propositions == props[1:]
+    )

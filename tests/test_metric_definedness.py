@@ -100,11 +100,14 @@ def test_answerless_sweep_tests_and_compares_mrr(tmp_path: Path):
     analyze_sweep(tmp_path, ks=(5, 20), n_resamples=2000, seed=0)
     with open(tmp_path / "significance.csv", encoding="utf-8") as f:
         sig = list(csv.DictReader(f))
-    assert [r["metric"] for r in sig] == ["rr@10"] and float(sig[0]["diff"]) == 30.0
+    # the report vocabulary (densex.report.naming): MRR@10, as the tables name it
+    assert [r["metric"] for r in sig] == ["MRR@10"] and float(sig[0]["diff"]) == 30.0
     table = (tmp_path / "table2.md").read_text(encoding="utf-8")
-    assert "| Proposition | " in table and "†" in table  # MRR@10 above passage, marked
+    assert "| proposition | " in table and "†" in table  # MRR@10 above passage, marked
     winloss = (tmp_path / "winloss.csv").read_text(encoding="utf-8")
-    assert "rr@10" in winloss and "hit@" not in winloss
+    assert (
+        ",MRR@10," in winloss and "hit@" not in winloss and "R@" not in winloss.replace("MRR@", "")
+    )
 
 
 def test_no_answers_and_no_qrels_fails_in_preflight(tmp_path: Path):

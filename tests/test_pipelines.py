@@ -24,6 +24,7 @@ from densex.corpus.columnar import PASSAGE_SCHEMA, write_shard
 from densex.corpus.units import unit_tables
 from densex.pipelines.evaluate.metrics import recall_at_each_k
 from densex.qa.cell import read_curve
+from densex.report.table2 import find_results
 from densex.utils.io import DataError, read_json
 from helpers.config import compose_config
 from helpers.env import subprocess_env
@@ -237,7 +238,9 @@ def test_multirun_writes_table2(repo_root, small, minilm_path, tmp_path):
         "retrieval_gzip=false",
         f"hydra.sweep.dir={sweep}",
     )
-    rows = [json.loads((sweep / str(i) / "results.jsonl").read_text()) for i in range(2)]
+    cells = [p.parent for p in find_results(sweep)]  # `0_granularity=passage,...`: job order
+    assert cells[0].name.startswith("0_") and "granularity=passage" in cells[0].name
+    rows = [json.loads((cells[i] / "results.jsonl").read_text()) for i in range(2)]
     assert [r["granularity"] for r in rows] == ["passage", "sentence"]
     assert rows[1]["n_units"] > rows[0]["n_units"] == 60
     md = (sweep / "table2.md").read_text()
@@ -247,13 +250,13 @@ def test_multirun_writes_table2(repo_root, small, minilm_path, tmp_path):
     assert set(table) == {"passage", "sentence"}  # no proposition row: no gain row either
     for r in rows:
         line = table[r["granularity"]]
-        assert float(line["squad-open R@5"]) == pytest.approx(r["recall@5"], abs=1e-3)
+        assert float(line["SQuAD-open R@5"]) == pytest.approx(r["recall@5"], abs=1e-3)
         assert float(line["Avg R@20"]) == pytest.approx(r["recall@20"], abs=1e-3)
         assert f"| {r['recall@20']:.1f} |" in md
     # without passage text, pyserini's evaluator still reads the has_answer flags
-    retrieval = json.loads((sweep / "1" / "retrieval.json").read_text())
+    retrieval = json.loads((cells[1] / "retrieval.json").read_text())
     assert set(retrieval[0]["ctxs"][0]) == {"id", "score", "has_answer"}
-    pyserini_file = sweep / "1" / "retrieval.pyserini.json"
+    pyserini_file = cells[1] / "retrieval.pyserini.json"
     (first,) = list(json.loads(pyserini_file.read_text()).values())[:1]
     assert set(first["contexts"][0]) == {"docid", "score", "has_answer"}
     acc = pyserini_evaluate_retrieval(pyserini_file, [5, 20])
@@ -346,10 +349,7 @@ def test_squad_open_benchmark_minilm(repo_root, squad_open, minilm_path, tmp_pat
         f"hydra.sweep.dir={sweep}",
         timeout=3600,
     )
-    rows = {
-        r["granularity"]: r
-        for r in (json.loads((sweep / str(i) / "results.jsonl").read_text()) for i in range(3))
-    }
+    rows = {r["granularity"]: r for r in (json.loads(p.read_text()) for p in find_results(sweep))}
     for g, r in rows.items():
         print(
             g,

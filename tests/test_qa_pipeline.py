@@ -11,6 +11,7 @@ import sys
 import pytest
 
 from densex.metrics.answers import exact_match
+from densex.report.table2 import find_results
 from densex.utils.io import read_json
 from helpers.config import compose_config
 from helpers.env import subprocess_env
@@ -39,18 +40,19 @@ def test_budget_sweep_with_reader_writes_em_and_table3(repo_root, minilm_path, t
     proc = subprocess.run(cmd, cwd=repo_root, env=ENV, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-4000:]
 
-    rows = [json.loads((sweep / str(i) / "results.jsonl").read_text()) for i in range(2)]
+    cells = [p.parent for p in find_results(sweep)]  # `0_budget=100,...`: in job order
+    rows = [json.loads((cells[i] / "results.jsonl").read_text()) for i in range(2)]
     assert [r["budget"] for r in rows] == [100, 500]
     for row in rows:
         assert row["reader"] == "tiny" and row["n_questions"] == 24
-        preds = (sweep / str(rows.index(row)) / "reader_predictions.jsonl").read_text()
+        preds = (cells[rows.index(row)] / "reader_predictions.jsonl").read_text()
         preds = [json.loads(line) for line in preds.splitlines()]
         assert len(preds) == 24
         # EM@l: SQuAD EM of the written predictions against their gold answers, in percent
         em = [exact_match(p["prediction"], p["answers"]) for p in preds]
         assert row[f"em@{row['budget']}"] == pytest.approx(100.0 * sum(em) / 24, abs=1e-4)
         # the answer-recall curve of the cell: words 0..500, percent, non-decreasing
-        with open(sweep / str(rows.index(row)) / "answer_recall_by_words.csv") as f:
+        with open(cells[rows.index(row)] / "answer_recall_by_words.csv") as f:
             curve = [(int(r["words"]), float(r["recall"])) for r in csv.DictReader(f)]
         assert curve[0] == (0, 0.0) and curve[-1][0] == 500
         assert all(a[1] <= b[1] for a, b in zip(curve, curve[1:]))

@@ -63,7 +63,7 @@ def test_table2_layout_order_average_and_gain():
     # dpr has no tqa cell: its average is not comparable, so it is left empty
     assert math.isnan(table[0]["tqa R@5"]) and math.isnan(table[0]["Avg R@20"])
     md = table2_markdown(table)
-    assert "| gtr | Passage | 40.0 | 60.0 | 50.0 | 70.0 | 45.0 | 65.0 |" in md
+    assert "| GTR | passage | 40.0 | 60.0 | 50.0 | 70.0 | 45.0 | 65.0 |" in md
     assert "|  | Δ prop − psg | +10.0 | +5.0 | +20.0 | +10.0 | +15.0 | +7.5 |" in md
     assert "| NQ R@5 | NQ R@20 | TQA R@5 |" in md
 
@@ -77,7 +77,9 @@ def test_table2_averages_repeated_cells_and_rejects_missing_metric():
     assert line["nq R@5"] == pytest.approx(30.0)
     bad = [{"retriever": "dpr", "granularity": "passage", "dataset": "nq", "recall@5": 10.0}]
     with pytest.raises(DataError, match="recall@20"):
-        table2_rows(bad)
+        table2_rows(bad, ks=(5, 20))
+    # no cut-offs asked for: every cut-off the rows have
+    assert list(table2_rows(bad)[0])[2:] == ["nq R@5", "Avg R@5"]
 
 
 def _write_sweep(root, rows):
@@ -103,10 +105,13 @@ def test_write_table2_files(tmp_path):
     with open(tmp_path / "table2.csv") as f:
         got = list(csv.DictReader(f))
     assert len(got) == len(table) == 5
-    assert got[4]["granularity"] == "gain" and float(got[4]["Avg R@5"]) == pytest.approx(15.0)
-    assert float(got[3]["tqa R@5"]) == pytest.approx(70.0)
-    # the paper's view, then every cut-off (here the same two): header + rows each
-    assert (tmp_path / "table2.md").read_text().count("\n| ") == 2 * (5 + 1)
+    # the report vocabulary (densex.report.naming): labels, not config keys
+    assert got[4]["granularity"] == "Δ prop − psg" and float(got[4]["Avg R@5"]) == pytest.approx(
+        15.0
+    )
+    assert float(got[3]["TQA R@5"]) == pytest.approx(70.0) and got[3]["retriever"] == "GTR"
+    # every cut-off in one table (no answer-recall columns here: no second table)
+    assert (tmp_path / "table2.md").read_text().count("\n| ") == 5 + 1
     with open(tmp_path / "table2_full.csv") as f:
         assert len(list(csv.DictReader(f))) == 5
 
@@ -116,7 +121,7 @@ def test_callback_aggregates_a_sweep_dir(tmp_path, capsys):
     cfg = OmegaConf.create({"hydra": {"sweep": {"dir": str(tmp_path)}}, "logger": {}})
     AggregateResults().on_multirun_end(config=cfg)
     md = (tmp_path / "table2.md").read_text()
-    assert "| gtr | Passage | 40.0 |" in md
+    assert "| GTR | passage | 40.0 |" in md
     assert "Table 2" in capsys.readouterr().out
     assert not (tmp_path / "answer_recall_by_words.png").exists()  # no curves in these jobs
 
@@ -168,8 +173,9 @@ def test_wandb_offline_run_logs_the_cell(tmp_path, monkeypatch):
     (second,) = (tmp_path / "second" / "wandb").glob("offline-run-*/run-*.wandb")
     assert logged(second)["name"] == "cell-propositionizer.base_url=http://***@127.0.0.1:9/v1"
     assert b"urlpw-canary" not in second.read_bytes()
-    assert got["history"][0]["recall@5"] == 0.5 and got["history"][0]["n_questions"] == 2
-    assert got["summary"]["recall@5"] == 0.5 and got["summary"]["n_questions"] == 2
+    # metrics under the tables' names (report.naming): R@5, not recall@5
+    assert got["history"][0]["R@5"] == 0.5 and got["history"][0]["n_questions"] == 2
+    assert got["summary"]["R@5"] == 0.5 and got["summary"]["n_questions"] == 2
     assert "retriever" not in got["summary"]  # strings are config, not metrics
 
     def table(key: str) -> dict:  # a logged table's file, under the run's files/
@@ -182,9 +188,11 @@ def test_wandb_offline_run_logs_the_cell(tmp_path, monkeypatch):
     assert table("answer_recall_by_words_table")["data"] == [[50, 40.0], [100, 60.0]]
     t2 = table("table2")
     rows = table2_rows(ROWS)
-    assert t2["columns"] == list(rows[0]) and len(t2["data"]) == len(rows)
-    gain = next(r for r in t2["data"] if r[1] == "gain")
-    assert gain[:4] == ["gtr", "gain", 10.0, 5.0]
+    assert len(t2["data"]) == len(rows)
+    # the columns and labels of table2.csv (one vocabulary across md, csv and W&B)
+    assert t2["columns"][:4] == ["retriever", "granularity", "NQ R@5", "NQ R@20"]
+    gain = next(r for r in t2["data"] if r[1] == "Δ prop − psg")
+    assert gain[:4] == ["GTR", "Δ prop − psg", 10.0, 5.0]
 
 
 def test_callback_writes_table3_and_plot_when_jobs_have_them(tmp_path):
@@ -227,7 +235,7 @@ def test_table2_keeps_corpus_and_index_conditions_apart():
     assert table[2]["nq R@5"] == pytest.approx(10.0) and table[5]["nq R@5"] == pytest.approx(4.0)
     md = table2_markdown(table)
     assert "| Retriever | Index | Granularity | NQ R@5 |" in md
-    assert "| dpr | hnsw | Passage | 10.0 | 30.0 |" in md
+    assert "| DPR | hnsw | passage | 10.0 | 30.0 |" in md
     # the corpus too
     rows = [_row("dpr", "passage", "nq", 20.0, 40.0), {**_row("dpr", "passage", "nq", 9.0, 9.0)}]
     rows[1]["corpus"] = "wiki"
@@ -266,7 +274,7 @@ def test_shared_naming_covers_both_tables():
     assert (axes.retrievers, axes.granularities) == (["dpr", "gtr"], ["passage", "proposition"])
     assert axes.datasets == ["nq", "x"] and axes.varying == [] and axes.conds == [("c",)]
     assert {"bm25", "minilm"} <= set(naming.RETRIEVER_ORDER)
-    assert naming.display_name("tasb") == "TAS-B" and naming.display_name("demo") == "Demo"
+    assert naming.display_name("tasb") == "TAS-B" and naming.display_name("demo") == "demo"
     assert naming.ordered(["x", "gtr", "y", "dpr", "x"], naming.RETRIEVER_ORDER) == [
         "dpr",
         "gtr",
@@ -312,7 +320,7 @@ def test_wandb_gets_the_answer_recall_curve_figure_and_table3(tmp_path, monkeypa
 
     run = _RecordingRun()
     wandb_log.log_cell(run, {"recall@5": 50.0}, [], [0.5], ([0, 1, 2], [0.0, 10.0, 20.0]))
-    assert {"recall@5", "recall_curve", "answer_recall_by_words"} <= set(run.logged)
+    assert {"R@5", "recall_curve", "answer_recall_by_words"} <= set(run.logged)
 
     rows = [
         _row("gtr", g, "nq", 40.0, 60.0, budget=100, **{"em@100": em})

@@ -252,7 +252,7 @@ def test_failed_cell_names_job_overrides_log_and_the_tables_name_it(caches, swee
     assert "passages-bad.jsonl" in log.read_text()  # the cell's traceback is in its log
     table = (sweep / "table2.md").read_text()
     assert "**Missing: 1 cell(s) failed**" in table and f"SLURM job {job}" in table
-    assert (sweep / "0" / "results.jsonl").exists() and "| minilm | Passage |" in table
+    assert list(sweep.glob("0_*/results.jsonl")) and "| MiniLM | passage |" in table
     assert failed["error"] in table  # the located error under the table, too
     print(table.split("\n\n")[2:4], text[text.index(line) :][:400])
 

@@ -68,13 +68,14 @@ def test_write_table3_files(tmp_path):
         "| Retriever | Granularity | NQ EM@100 | NQ EM@500 | EQ EM@100 | EQ EM@500 | Avg EM@100 |"
         in text
     )
-    assert "| GTR | Passage | 32.0 | 42.0 |" in text  # retriever name once per group
-    assert "|  | Sentence | **33.0** | **43.0** |" in text  # best per retriever and column: bold
-    assert "|  | Sentence | **23.0** | **33.0** | – | – | – | – |" in text  # DPR: no EQ
+    assert "| GTR | passage | 32.0 | 42.0 |" in text  # retriever name once per group
+    assert "|  | sentence | **33.0** | **43.0** |" in text  # best per retriever and column: bold
+    assert "|  | sentence | **23.0** | **33.0** | – | – | – | – |" in text  # DPR: no EQ
     with (tmp_path / "table3.csv").open() as f:
         rows = list(csv.reader(f))
-    assert rows[0][:3] == ["retriever", "granularity", "nq EM@100"]
-    assert rows[2] == ["dpr", "sentence", "23.0000", "33.0000", "", "", "", ""]
+    # the report vocabulary (densex.report.naming), as in the Markdown
+    assert rows[0][:3] == ["retriever", "granularity", "NQ EM@100"]
+    assert rows[2] == ["DPR", "sentence", "23.0000", "33.0000", "", "", "", ""]
 
 
 def test_no_em_no_table(tmp_path):
@@ -146,13 +147,13 @@ def test_write_table3_with_a_varying_condition(tmp_path):
     ]
     text = write_table3(rows, tmp_path).read_text()
     assert "| Retriever | Index | Granularity | NQ EM@100 | Avg EM@100 |" in text
-    assert "| GTR | flat | Passage | 30.0 | 30.0 |" in text
-    assert "|  |  | Proposition | **35.0** | **35.0** |" in text
-    assert "| GTR | hnsw | Passage | **28.0** | **28.0** |" in text  # best within its block
+    assert "| GTR | flat | passage | 30.0 | 30.0 |" in text
+    assert "|  |  | proposition | **35.0** | **35.0** |" in text
+    assert "| GTR | hnsw | passage | **28.0** | **28.0** |" in text  # best within its block
     with (tmp_path / "table3.csv").open() as f:
         lines = list(csv.reader(f))
     assert lines[0][:3] == ["retriever", "index", "granularity"]
-    assert lines[3] == ["gtr", "hnsw", "passage", "28.0000", "28.0000"]
+    assert lines[3] == ["GTR", "hnsw", "passage", "28.0000", "28.0000"]
 
 
 def test_answer_recall_panels_keep_indexes_apart_and_share_budgets(tmp_path):

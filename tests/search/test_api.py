@@ -12,14 +12,13 @@ import numpy as np
 import pytest
 
 from densex.pipelines.search.compose import granularity_argv, split_granularities
-from densex.pipelines.search.spans import answer_spans, unit_span
 from helpers.env import subprocess_env
 
 GRANULARITIES = ("passage", "sentence", "proposition")
 
 
 def _sweep_cell(sweep, granularity: str):
-    for job in sorted(p for p in sweep.iterdir() if p.is_dir() and p.name.isdigit()):
+    for job in sorted(p for p in sweep.iterdir() if (p / "results.jsonl").is_file()):
         row = json.loads((job / "results.jsonl").read_text())
         if row["granularity"] == granularity:
             return job
@@ -37,7 +36,11 @@ def test_api_returns_the_passages_and_scores_evaluate_wrote(demo_sweep, demo_ind
     for q, got in zip(written, hits):
         assert [h.id for h in got] == [c["id"] for c in q["ctxs"]], q["question"]
         want = np.array([float(c["score"]) for c in q["ctxs"]], dtype=np.float32)
-        np.testing.assert_array_equal(np.array([h.score for h in got], dtype=np.float32), want)
+        # the same float32 scores up to the last bit or two: the query encoder's batch and
+        # thread count differ between the sweep's process and this one
+        np.testing.assert_allclose(
+            np.array([h.score for h in got], dtype=np.float32), want, rtol=1e-6, atol=1e-7
+        )
 
 
 def test_hits_carry_the_units_that_scored_them(demo_index):
@@ -64,19 +67,6 @@ def test_unknown_granularity_is_named(demo_index):
         demo_index.search(["q"], 1, "word")
 
 
-def test_unit_span_best_match_and_answer_spans():
-    passage = "The town grew around a ford. In 1312 it received a royal charter from the king."
-    assert unit_span("In 1312 it received", passage) == (29, 48)
-    s, e = unit_span("Kessingbury received a royal charter in 1312.", passage)
-    assert passage[s:e] == "In 1312 it received a royal charter"
-    assert unit_span("nothing here matches", passage) is None
-    bio = "Ilse Marrowind (1871-1939) was a chemist and crystallographer."
-    s, e = unit_span("Ilse Marrowind was a chemist.", bio)  # a tie extends to "chemist"
-    assert bio[s:e] == "Ilse Marrowind (1871-1939) was a chemist"
-    assert answer_spans(passage, ["1312", "royal charter", "ROYAL"]) == [(32, 36), (51, 64)]
-    assert answer_spans("a12 12", ["12"]) == [(4, 6)]
-
-
 def test_split_granularities():
     assert split_granularities(["corpus=demo", "granularity=passage,proposition"]) == (
         ["passage", "proposition"], ["corpus=demo"])  # fmt: skip
@@ -98,9 +88,8 @@ def test_import_densex_stays_light(repo_root):
                          capture_output=True, text=True, check=True).stdout  # fmt: skip
     assert out.split() == ["False", "False"]
     import densex
-    from densex.pipelines.search.index import open_index
 
-    assert densex.open_index is open_index
+    assert callable(densex.open_index)
     with pytest.raises(AttributeError, match="no attribute 'open_indx'"):
         densex.open_indx  # noqa: B018
 
@@ -171,3 +160,63 @@ def test_opening_reads_no_units_file_and_shares_one_query_encoder(demo_sweep, mo
     assert all(isinstance(s, DenseSearcher) for s in searchers)
     assert len({id(s.retriever) for s in searchers}) == 1
     assert len({s.index.ntotal for s in searchers}) == 3  # three indexes, one encoder
+
+
+def test_granularity_and_k_are_said_not_guessed(demo_index):
+    with pytest.raises(ValueError, match=r"3 granularities are open \(passage, sentence, "
+                                         r"proposition\): name one"):  # fmt: skip
+        demo_index.search(["Who owned the last ropewalk?"], 5)
+    with pytest.raises(ValueError, match="k=52 is more than the 51 passages of corpus=demo"):
+        demo_index.search(["Who owned the last ropewalk?"], 52, "passage")
+    assert len(demo_index.search(["Who owned the last ropewalk?"], 51, "passage")[0]) == 51
+    both = demo_index.compare(["Who owned the last ropewalk?"], 2, ["proposition", "passage"])
+    assert list(both) == ["proposition", "passage"] and all(len(r[0]) == 2 for r in both.values())
+
+
+def test_serve_dataset_follows_the_corpus():
+    """conf/serve.yaml: the benchmark questions are the dataset named like the corpus (none
+    when there is none), unless dataset= names another; experiment=demo opens its three."""
+    from densex.pipelines.compose import compose_config
+    from densex.pipelines.search.compose import compose_configs
+
+    assert compose_config("serve", "corpus=demo").dataset.name == "demo"
+    assert compose_config("serve").dataset.name == "squad-open"  # the default corpus's own
+    assert "dataset" not in compose_config("serve", "corpus=factoid-wiki")
+    assert compose_config("serve", "corpus=demo", "dataset=nq").dataset.name == "nq"
+    cfgs = compose_configs(["experiment=demo"])
+    assert [c.granularity.name for c in cfgs] == list(GRANULARITIES)
+    assert {(c.corpus.name, c.dataset.name, c.retriever.name) for c in cfgs} == {
+        ("demo", "demo", "minilm")
+    }
+    (one,) = compose_configs(["experiment=demo", "granularity=sentence"])
+    assert one.granularity.name == "sentence"
+
+
+def test_experiment_demo_reuses_the_demo_cache_and_its_questions(demo_sweep):
+    import densex
+
+    _, cache = demo_sweep
+    before = sorted(str(p) for p in cache.rglob("*"))
+    ix = densex.open_index("experiment=demo", f"paths.cache_dir={cache}", "trainer=cpu")
+    assert list(ix) == list(GRANULARITIES) and ix.dataset == ix.corpus == "demo"
+    assert ix.question_problem() is None
+    q = "In what year did Kessingbury receive its royal charter?"
+    assert ix.answers(q) == ["1312"]
+    (hits,) = ix.search([q], 5, "proposition")
+    assert ix.first_answer_rank(hits, ["1312"]) == 1
+    assert len(ix.examples(5)) == 5 and all(e["answers"] for e in ix.examples(5))
+    assert sorted(str(p) for p in cache.rglob("*")) == before  # nothing built or rewritten
+
+
+def test_question_problem_says_when_no_question_can_match(demo_sweep, squad_open):
+    import densex
+
+    _, cache = demo_sweep
+    common = ("corpus=demo", "retriever=minilm", "trainer=cpu", f"paths.cache_dir={cache}",
+              "granularity=passage")  # fmt: skip
+    none = densex.open_index(*common, "~dataset")
+    assert none.dataset is None and none.answers("Who owned the last ropewalk?") is None
+    assert none.question_problem().startswith("no benchmark questions")
+    other = densex.open_index(*common, "dataset=squad-open")
+    problem = other.question_problem()
+    assert problem.startswith("dataset=squad-open does not match corpus=demo: none of 20")

@@ -1,8 +1,9 @@
 """The explorer page and sweep browser in a real headless Chromium (Debian's chromium and
-chromium-driver through selenium), against `serve.py` run as users run it, on the demo index
-and the demo sweep. Screenshots go to the test's tmp dir (`DENSEX_SCREENSHOT_DIR` copies the
-explorer's to, e.g., docs/). Without chromium the test skips, except under CI=true, where
-`scripts/install_browser.sh` has installed it and its absence fails the run."""
+chromium-driver through selenium), against `serve.py experiment=demo` run as the README runs
+it after `make demo`, on the demo's cache and sweep. Screenshots (the whole page) go to the
+test's tmp dir (`DENSEX_SCREENSHOT_DIR` copies them elsewhere, e.g. for docs/). Without
+chromium the test skips, except under CI=true, where `scripts/install_browser.sh` has
+installed it and its absence fails the run."""
 
 from __future__ import annotations
 
@@ -39,15 +40,14 @@ def server(repo_root, demo_sweep, tmp_path_factory):
     sweep, cache = demo_sweep
     port = _free_port()
     log = tmp_path_factory.mktemp("serve") / "serve.log"
-    cmd = [sys.executable, str(repo_root / "serve.py"), "corpus=demo", "dataset=demo",
-           "retriever=minilm", "trainer=cpu", f"paths.cache_dir={cache}",
-           "granularity=passage,sentence,proposition", f"serve.port={port}",
-           f"serve.sweep_dir={sweep}", f"hydra.run.dir={log.parent}"]  # fmt: skip
+    cmd = [sys.executable, str(repo_root / "serve.py"), "experiment=demo", "trainer=cpu",
+           f"paths.cache_dir={cache}", f"serve.port={port}", f"serve.sweep_dir={sweep}",
+           f"hydra.run.dir={log.parent}"]  # fmt: skip
     with open(log, "w") as out:
         proc = subprocess.Popen(cmd, cwd=repo_root, env=subprocess_env(), stdout=out, stderr=out)
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 240
+        deadline = time.monotonic() + 600  # a loaded 2-core machine needs minutes
         while True:
             try:
                 urllib.request.urlopen(url + "/healthz", timeout=2).read()
@@ -95,15 +95,38 @@ def _until(driver, ready, timeout: float = 60.0):
 
 
 def _shot(driver, tmp_path: Path, name: str) -> Path:
+    """The whole page (the window grown to the document's height) as a PNG."""
+    height = driver.execute_script("return document.documentElement.scrollHeight")
+    driver.set_window_size(1500, min(max(int(height) + 40, 700), 6000))
     path = tmp_path / name
     driver.save_screenshot(str(path))
+    driver.set_window_size(1500, 1100)
     assert path.stat().st_size > 10_000
     if os.environ.get("DENSEX_SCREENSHOT_DIR"):
         shutil.copy(path, Path(os.environ["DENSEX_SCREENSHOT_DIR"]) / name)
     return path
 
 
-def test_explorer_shows_three_columns_with_the_unit_highlighted(server, browser, tmp_path):
+def test_landing_page_names_the_demo_and_offers_its_questions(server, browser, tmp_path):
+    from selenium.webdriver.common.by import By
+
+    browser.get(server + "/")
+    served = browser.find_element(By.ID, "served").text
+    for text in ("Corpus demo (51 passages)", "retriever minilm", "472 proposition units",
+                 "benchmark questions demo (150)"):  # fmt: skip
+        assert text in served, served
+    examples = browser.find_elements(By.CSS_SELECTOR, "#examples a.example")
+    assert len(examples) == 5
+    assert not browser.find_elements(By.ID, "problem")  # the demo's own questions
+    _shot(browser, tmp_path, "landing.png")
+    question = examples[0].text
+    examples[0].click()
+    _until(browser, lambda d: d.find_elements(By.ID, "table4"))
+    assert browser.find_element(By.NAME, "q").get_attribute("value") == question
+    assert browser.find_elements(By.CSS_SELECTOR, "#answers u.answer")  # a benchmark question
+
+
+def test_explorer_results_view_is_table_4(server, browser, tmp_path):
     from selenium.webdriver.common.by import By
 
     browser.get(server + "/")
@@ -116,10 +139,12 @@ def test_explorer_shows_three_columns_with_the_unit_highlighted(server, browser,
         "sentence",
         "proposition",
     ]
-    for column in columns:
+    # the passage column paints nothing (the unit is the passage); the others one unit, in place
+    assert not columns[0].find_elements(By.CSS_SELECTOR, "mark")
+    for column in columns[1:]:
         first = column.find_element(By.CSS_SELECTOR, "article.hit p.passage")
-        (mark,) = first.find_elements(By.CSS_SELECTOR, "mark.unit")  # one unit, in place
-        assert mark.text and mark.text in first.text
+        (mark,) = first.find_elements(By.CSS_SELECTOR, "mark.unit")
+        assert mark.text and mark.text in first.text and mark.text != first.text
     prop = columns[2].find_element(By.CSS_SELECTOR, "article.hit")
     assert "1312" in prop.find_element(By.CSS_SELECTOR, "mark.unit").text
     assert prop.find_element(By.CSS_SELECTOR, "u.answer").text == "1312"  # a benchmark question
@@ -129,10 +154,29 @@ def test_explorer_shows_three_columns_with_the_unit_highlighted(server, browser,
         "sentence",
         "proposition",
     ]
-    assert not table4[0].find_elements(By.CSS_SELECTOR, ".context")  # the unit is the passage
-    assert table4[2].find_elements(By.CSS_SELECTOR, ".context")  # the rest greyed as context
-    assert "1312" in table4[2].find_element(By.CSS_SELECTOR, "mark.unit").text
+    assert not table4[0].find_elements(By.CSS_SELECTOR, "mark, .context")  # the whole passage
+    own = table4[2].find_element(By.CSS_SELECTOR, "td.unit-text").text
+    in_place = table4[2].find_element(By.CSS_SELECTOR, "td.in-place")
+    assert "Kessingbury" in own and "1312" in own  # the proposition's own text ...
+    assert "1312" in in_place.find_element(By.CSS_SELECTOR, "mark.unit").text  # ... and its span
+    assert in_place.find_elements(By.CSS_SELECTOR, ".context")  # the rest greyed as context
+    ranks = [r.find_element(By.CSS_SELECTOR, "td.rank").text for r in table4]
+    assert ranks[2] == "1" and all(r.isdigit() or r.startswith("not in top") for r in ranks)
+    assert "not comparable" in browser.find_element(By.ID, "score-note").text
     _shot(browser, tmp_path, "explorer.png")
+
+
+def test_docs_page_renders_offline(server, browser, tmp_path):
+    from selenium.webdriver.common.by import By
+
+    browser.get(server + "/docs")
+    titles = [h.text for h in browser.find_elements(By.CSS_SELECTOR, "section.endpoint h3")]
+    assert any(t.startswith("GET /search") for t in titles)
+    assert any(t.startswith("POST /search") for t in titles)
+    assert (
+        browser.find_element(By.ID, "openapi-link").get_attribute("href").endswith("/openapi.json")
+    )
+    _shot(browser, tmp_path, "docs.png")
 
 
 def test_sweep_browser_filters_and_opens_a_question(server, browser, tmp_path):

@@ -10,6 +10,7 @@ import json
 import httpx
 import pytest
 from fastapi.testclient import TestClient
+from markupsafe import escape
 
 from densex.pipelines.serve.app import create_app
 from densex.pipelines.specs import ServeSpec
@@ -26,6 +27,8 @@ BAD_GET = [  # (params, status, words of the reason)
     ({"q": "a", "k": "101"}, 400, "k must be in 1..100, got 101"),
     ({"q": "a", "k": "ten"}, 400, "k must be an integer"),
     ({"q": "a", "granularity": "word"}, 400, "unknown granularity 'word'"),
+    ({"q": "a", "granularity": "passage,word"}, 400, "unknown granularity 'word'"),
+    ({"q": "a", "k": "52"}, 400, "k=52 is more than the 51 passages served"),
 ]
 BAD_POST = [  # (body, status, words of the reason)
     (b'{"queries": ["a"', 400, "malformed JSON"),
@@ -42,6 +45,9 @@ BAD_POST = [  # (body, status, words of the reason)
     (b'{"query": "a", "k": 1000}', 400, "k must be in 1..100"),
     (b'{"query": "a", "k": 2.5}', 400, "k must be an integer"),
     (b'{"query": "a", "granularity": "chapter"}', 400, "unknown granularity 'chapter'"),
+    (b'{"query": "a", "granularity": ["passage", 3]}', 400, "granularity must be a name"),
+    (b'{"query": "a", "granularity": []}', 400, "granularity must be a name"),
+    (b'{"query": "a", "k": 60}', 400, "k=60 is more than the 51 passages served"),
     (b'{"query": "a", "queries": ["b"]}', 400, "exactly one of queries"),
     (b'{"query": "a", "topk": 5}', 400, "unknown field 'topk'"),
     (b"x" * 1_100_000, 413, "the limit is 1000000"),
@@ -100,6 +106,7 @@ def test_get_and_post_agree_with_the_api(client, demo_index):
         assert set(got["results"][0]["units"][0]) == {"id", "text", "score", "span"}
     health = client.get("/healthz").json()
     assert health["status"] == "ok"
+    assert (health["corpus"], health["dataset"]) == ("demo", "demo")
     assert health["granularities"]["proposition"] == {
         "retriever": "minilm",
         "units": 472,
@@ -142,3 +149,108 @@ def test_serve_entry_reports_bad_input_in_one_line(repo_root, tmp_path):
     assert proc.returncode == 2, proc.stderr[-2000:]
     (line,) = [x for x in proc.stderr.splitlines() if x.startswith("error (")]
     assert "missing.jsonl" in line
+
+
+def test_one_request_asks_for_several_granularities(client, demo_index):
+    q = GOOD["q"]
+    r = client.get("/search", params={"q": q, "k": 2, "granularity": "proposition,passage"})
+    body = r.json()
+    assert r.status_code == 200 and body["granularity"] == ["proposition", "passage"]
+    assert list(body["results"]) == ["proposition", "passage"]
+    for g, hits in body["results"].items():
+        assert [h["id"] for h in hits] == [h.id for h in demo_index.search([q], 2, g)[0]]
+    every = client.get("/search", params={"q": q, "k": 1, "granularity": "all"}).json()
+    assert list(every["results"]) == ["passage", "sentence", "proposition"]
+    r = client.post("/search", json={"queries": [q, "Who owned the last ropewalk?"], "k": 1,
+                                      "granularity": ["sentence", "proposition"]})  # fmt: skip
+    body = r.json()
+    assert r.status_code == 200 and body["granularity"] == ["sentence", "proposition"]
+    assert [list(x["results"]) for x in body["queries"]] == [["sentence", "proposition"]] * 2
+    one = client.post("/search", json={"query": q, "k": 1, "granularity": "sentence"}).json()
+    assert isinstance(one["queries"][0]["results"], list)  # one name: a plain hit list
+
+
+def test_docs_page_is_served_offline_from_the_openapi_schema(client):
+    schema = client.get("/openapi.json").json()
+    get = schema["paths"]["/search"]["get"]
+    assert [p["name"] for p in get["parameters"]] == ["q", "k", "granularity"]
+    assert "requestBody" in schema["paths"]["/search"]["post"]
+    assert set(schema["paths"]) == {"/healthz", "/search"}  # the JSON API only
+    r = client.get("/docs")
+    assert r.status_code == 200 and r.headers["content-type"].startswith("text/html")
+    html = r.text
+    for text in ("GET /search", "POST /search", "GET /healthz", 'href="/openapi.json"',
+                 "<code>granularity</code>", "not comparable", "curl"):  # fmt: skip
+        assert text in html, text
+    assert "<script src" not in html and 'src="http' not in html  # nothing fetched elsewhere
+    assert '<link rel="stylesheet"' not in html
+
+
+def test_landing_page_names_what_is_served_and_offers_questions(client, demo_index):
+    html = client.get("/").text
+    served = html.split('id="served"')[1].split("</p>")[0]
+    for text in (
+        "<b>demo</b> (51 passages)",
+        "<b>minilm</b>",
+        "472 proposition units",
+        "benchmark questions <b>demo</b> (60)",
+    ):  # fmt: skip  (limit_questions=60)
+        assert text in served, text
+    examples = [e["question"] for e in demo_index.examples(5)]
+    assert html.count('class="example"') == 5
+    for q in examples:
+        assert str(escape(q)) in html
+    assert 'href="/docs"' in html and 'id="problem"' not in html
+
+
+def test_results_view_is_table_4_with_ranks_and_a_score_note(client):
+    html = client.get("/", params={"q": GOOD["q"], "k": 5}).text
+    rows = {g: html.split(f'<tr data-granularity="{g}">')[1].split("</tr>")[0]
+            for g in ("passage", "sentence", "proposition")}  # fmt: skip
+    prop = rows["proposition"]
+    own = prop.split('class="unit-text">')[1].split("</td>")[0]
+    assert "1312" in own and "Kessingbury" in own  # the proposition's own text
+    in_place = prop.split('class="in-place">')[1].split("</td>")[0]
+    assert in_place.count('<mark class="unit">') == 1 and '<span class="context">' in in_place
+    assert 'data-rank="1"' in prop.split('class="rank"')[1]
+    assert "<mark" not in rows["passage"]  # the unit is the passage: nothing painted
+    assert 'colspan="2"' in rows["passage"]
+    assert "not comparable" in html.split('id="score-note"')[1].split("</p>")[0]
+    column = html.split('<section class="column" data-granularity="passage">')[1].split(
+        "</section>"
+    )[0]
+    assert "<mark" not in column  # no passage painted yellow in the passage column either
+    sentence_col = html.split('data-granularity="sentence">')[-1].split("</section>")[0]
+    marks = [a.count('<mark class="unit">') for a in sentence_col.split("<article")[1:]]
+    assert len(marks) == 5 and max(marks) == 1  # at most the one matched unit per passage
+    free = client.get("/", params={"q": "ropewalks beside the river", "k": 3}).text
+    assert "First answer ranks are shown for benchmark questions" in free
+
+
+def test_landing_page_shows_why_answers_cannot_be_highlighted(demo_index, monkeypatch):
+    problem = "dataset=squad-open does not match corpus=demo: none of 20 of its questions ..."
+    monkeypatch.setattr(type(demo_index), "question_problem", lambda self: problem)
+    with TestClient(create_app(demo_index, ServeSpec())) as c:
+        html = c.get("/").text
+    assert f'<p class="warning" id="problem">{problem}</p>' in html
+
+
+def test_sweep_dir_latest_is_the_newest_finished_multirun(tmp_path):
+    from omegaconf import OmegaConf
+
+    from densex.pipelines.preflight.hub import PreflightError
+    from densex.pipelines.serve.run import resolve_sweep_dir
+
+    cfg = OmegaConf.create({"paths": {"log_dir": str(tmp_path)}, "task_name": "demo"})
+    runs = tmp_path / "demo" / "multiruns"
+    with pytest.raises(PreflightError, match="no finished multirun in .*make demo"):
+        resolve_sweep_dir("latest", cfg)
+    for name, done in (("2026-12-01_10-00-00", True), ("2026-12-02_09-00-00", True),
+                       ("2026-12-03_08-00-00", False)):  # fmt: skip
+        (runs / name).mkdir(parents=True)
+        if done:
+            (runs / name / "multirun.yaml").write_text("{}")
+            (runs / name / "table2.md").write_text("|a|\n")
+    assert resolve_sweep_dir("latest", cfg) == str(runs / "2026-12-02_09-00-00")
+    assert resolve_sweep_dir("/some/sweep", cfg) == "/some/sweep"
+    assert resolve_sweep_dir(None, cfg) is None

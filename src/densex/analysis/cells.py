@@ -1,7 +1,8 @@
 """How a sweep's cells are compared: blocks that share everything but the granularity, the
 (a, b) granularity pairs inside a block, and the labels of their metrics.
 
-A block is (corpus, index, retriever, dataset) (`BLOCK_FIELDS`; plus reader and budget,
+Metric labels are `report.naming.metric_label`'s. A block is (corpus, index, retriever,
+dataset) (`BLOCK_FIELDS`; plus reader and budget,
 `QA_FIELDS`, for EM@l); in it every granularity is compared with each baseline of `BASELINES`
 that precedes it in the table's order.
 """
@@ -36,15 +37,3 @@ def granularity_pairs(grans: Sequence[str], baselines: Sequence[str]) -> list[tu
         for a in order
         if a != b and order.index(a) > order.index(b)
     ]
-
-
-def metric_label(metric: str) -> str:
-    """The tables' name of a per-question metric: `hit@5` -> `R@5`, `em@100` -> `EM@100`,
-    `rr@10` -> `MRR@10` (others unchanged)."""
-    if metric.startswith("hit@"):
-        return "R@" + metric[4:]
-    if metric.startswith("em@"):
-        return "EM@" + metric[3:]
-    if metric == "rr@10":
-        return "MRR@10"
-    return metric

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from densex.analysis.cells import BLOCK_FIELDS, cell_label
-from densex.report.naming import display_name
+from densex.report.naming import labelled, metric_label
 from densex.utils.io import atomic_open
 from densex.utils.records import Record
 
@@ -30,23 +30,23 @@ def write_gold_table(rows: Sequence[Record], out_dir: str | os.PathLike) -> Path
             lines.append(r)
     cols = [c for c in GOLD_COLUMNS if any(c in r for r in lines)]
     out = Path(out_dir)
-    with atomic_open(out / "gold_metrics.csv") as f:
+    names = ("retriever", "granularity", "dataset")
+    with atomic_open(out / "gold_metrics.csv") as f:  # the report vocabulary (naming)
         w = csv.writer(f, lineterminator="\n")
-        w.writerow(["retriever", "granularity", "dataset", *cols])
+        w.writerow([*names, *(metric_label(c) for c in cols)])
         for r in lines:
-            w.writerow(
-                [r["retriever"], r["granularity"], r["dataset"], *(r.get(c, "") for c in cols)]
-            )
-    label = {"recall@5": "R@5 (answer)", "recall@20": "R@20 (answer)", "gold_recall@5": "R@5 (gold)",
-             "gold_recall@20": "R@20 (gold)", "mrr@10": "MRR@10", "ndcg@10": "nDCG@10"}  # fmt: skip
+            shown = labelled({n: r[n] for n in names})
+            w.writerow([*shown.values(), *(r.get(c, "") for c in cols)])
     md = [
-        "Answer-string recall (DPR has_answer) beside rank metrics against the gold passages (%).\n",
-        "| Retriever | Granularity | Dataset | " + " | ".join(label[c] for c in cols) + " |",
+        "Answer-string recall R@k (DPR has_answer) beside rank metrics against the gold"
+        " passages (gR@k: gold recall, MRR@10, nDCG@10), in %.\n",
+        "| Retriever | Granularity | Dataset | " + " | ".join(metric_label(c) for c in cols) + " |",
         "|---|---|---|" + "---:|" * len(cols),
     ]
     for r in lines:
+        x = labelled({n: r[n] for n in names})
         vals = [f"{float(r[c]):.1f}" if r.get(c) is not None else "–" for c in cols]
-        md.append(f"| {display_name(str(r['retriever']))} | {r['granularity']} | {r['dataset']} | "
+        md.append(f"| {x['retriever']} | {x['granularity']} | {x['dataset']} | "
                   + " | ".join(vals) + " |")  # fmt: skip
     with atomic_open(out / "gold_metrics.md") as f:
         f.write("\n".join(md) + "\n")

@@ -151,15 +151,34 @@ def read_per_question(job_dir: str | os.PathLike) -> dict[str, dict[str, Any]]:
     return out
 
 
+def question_score(row: Record, metric: str) -> float | None:
+    """A question's score on a per-question `metric`: the row's value (`hit@k`, `em@l`,
+    `rr@10`, `ndcg@10`), or `ar@l` (answer recall within the first l retrieved words: 1 when
+    `words_to_answer` <= l, 0 when larger or null); None when the row does not have it."""
+    if metric.startswith("ar@"):
+        if "words_to_answer" not in row:
+            return None
+        words = row["words_to_answer"]
+        return float(words is not None and int(words) <= int(metric[3:]))
+    value = row.get(metric)
+    return None if value is None else float(value)
+
+
 def paired_scores(
     a: Mapping[str, Record], b: Mapping[str, Record], metric: str
 ) -> tuple[list[str], np.ndarray, np.ndarray]:
-    """Question ids both cells scored with `metric`, and the aligned float scores (a, b)."""
-    ids = [q for q, r in a.items() if q in b and r.get(metric) is not None]
-    ids = [q for q in ids if b[q].get(metric) is not None]
-    sa = np.array([float(a[q][metric]) for q in ids], dtype=np.float64)
-    sb = np.array([float(b[q][metric]) for q in ids], dtype=np.float64)
-    return ids, sa, sb
+    """Question ids both cells scored with `metric` (`question_score`), and the aligned float
+    scores (a, b)."""
+    ids, sa, sb = [], [], []
+    for q, row in a.items():
+        if q not in b:
+            continue
+        x, y = question_score(row, metric), question_score(b[q], metric)
+        if x is not None and y is not None:
+            ids.append(q)
+            sa.append(x)
+            sb.append(y)
+    return ids, np.array(sa, dtype=np.float64), np.array(sb, dtype=np.float64)
 
 
 def load_popularity(path: str | os.PathLike) -> dict[str, float]:

@@ -13,20 +13,14 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from densex.analysis.cells import (
-    BASELINES,
-    BLOCK_FIELDS,
-    cell_label,
-    granularity_pairs,
-    metric_label,
-)
+from densex.analysis.cells import BASELINES, BLOCK_FIELDS, cell_label, granularity_pairs
 from densex.analysis.per_question import (
     PER_QUESTION_FILE,
     examples_json,
     read_per_question,
     win_loss,
 )
-from densex.report.naming import display_name
+from densex.report.naming import labelled
 from densex.utils.io import atomic_open
 from densex.utils.records import Record
 
@@ -77,29 +71,34 @@ WINLOSS_FIELDS = (
 
 
 def write_winloss(wl: Sequence[Record], out_dir: str | os.PathLike, n_examples: int = 2) -> Path:
-    """`winloss.csv` (all rows; examples as JSON lists) and `winloss.md` (one table per pair
-    and metric, examples of the first `n_examples` per bucket)."""
+    """`winloss.csv` (all rows, in the report vocabulary of `report.naming`; examples as JSON
+    lists) and `winloss.md` (one table per pair and metric where some question differs,
+    examples of the first `n_examples` per bucket; the pairs and metrics on which every
+    question scores alike are named in one line instead of a table of zeros)."""
     out = Path(out_dir)
     with atomic_open(out / "winloss.csv") as f:
         w = csv.DictWriter(f, fieldnames=WINLOSS_FIELDS, lineterminator="\n")
         w.writeheader()
         for r in wl:
-            w.writerow({**r, "win_examples": examples_json(r["win_examples"]),
+            w.writerow({**labelled(r), "win_examples": examples_json(r["win_examples"]),
                         "loss_examples": examples_json(r["loss_examples"])})  # fmt: skip
     groups: dict[tuple, list[Record]] = {}
     for r in wl:
-        groups.setdefault((*(r[f] for f in BLOCK_FIELDS), r["a"], r["b"], r["metric"]), []).append(
-            r
-        )
+        key = (*(r[f] for f in BLOCK_FIELDS), r["a"], r["b"], r["metric"])
+        groups.setdefault(key, []).append(r)
     parts = ["Per-question wins and losses: A wins = only A has an answer-bearing passage in the"
              " top k (R@k; MRR@10 for a dataset without answer strings: only A has a gold"
              " passage in the top 10); buckets by question length, answer type (first gold"
              " answer: date / number / entity / other) and entity popularity where known.\n"]  # fmt: skip
+    same = []
     for key, rs in groups.items():
-        corpus, index, retriever, dataset, a, b, metric = key
+        x = labelled(dict(zip((*BLOCK_FIELDS, "a", "b", "metric"), key)))
+        title = f"{x['retriever']} {x['dataset']}: {x['a']} vs {x['b']}, {x['metric']}"
+        if not any(r["wins"] or r["losses"] for r in rs):
+            same.append(title)
+            continue
         parts.append(
-            f"\n### {display_name(str(retriever))} {dataset}: {a} vs {b}, "
-            f"{metric_label(metric)}\n\n| Bucketing | Bucket | n | A wins | B wins | both | "
+            f"\n### {title}\n\n| Bucketing | Bucket | n | A wins | B wins | both | "
             "neither | A-win examples | B-win examples |\n|---|---|---:|---:|---:|---:|---:|---|---|"
         )
         for r in rs:
@@ -109,6 +108,8 @@ def write_winloss(wl: Sequence[Record], out_dir: str | os.PathLike, n_examples: 
                 f"| {r['bucketing']} | {r['bucket']} | {r['n']} | {r['wins']} | {r['losses']} "
                 f"| {r['both']} | {r['neither']} | {ex_w} | {ex_l} |"
             )
+    if same:
+        parts.append(f"\nNo question differs (no table): {'; '.join(same)}.")
     with atomic_open(out / "winloss.md") as f:
         f.write("\n".join(parts) + "\n")
     return out / "winloss.md"

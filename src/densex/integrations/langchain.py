@@ -4,8 +4,11 @@ Contract: `DensexRetriever(index=densex.open_index(...), k=5, granularity=None)`
 `langchain_core.retrievers.BaseRetriever`; `retriever.invoke(query)` returns the top-k passages
 as `Document`s (`page_content` = passage text; metadata `id`, `title`, `score`, `rank`,
 `granularity` and `units`: the matched units' id, text, score and `[start, end]` span in the
-passage), the ranking `IndexSet.search` gives. `DensexRetriever.from_overrides(*overrides,
-k=...)` opens the index too.
+passage), the ranking `IndexSet.search` gives. `granularity` may be left out only when the
+index holds one granularity (it is then filled in); on an index of several, leaving it out is
+a ValueError naming them, as is an unknown one. `k` must be in 1..the corpus's passages (a
+search returns unique passages): a larger `k` is a ValueError at construction, not a
+silently shorter list. `DensexRetriever.from_overrides(*overrides, k=...)` opens the index too.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ from typing import Any
 from langchain_core.callbacks import CallbackManagerForRetrieverRun
 from langchain_core.documents import Document
 from langchain_core.retrievers import BaseRetriever
-from pydantic import ConfigDict
+from pydantic import ConfigDict, model_validator
 
 from densex.pipelines.search.index import Hit, IndexSet, open_index
 
@@ -38,6 +41,17 @@ class DensexRetriever(BaseRetriever):
     granularity: str | None = None
     units_per_passage: int = 3
 
+    @model_validator(mode="after")
+    def _checked(self) -> DensexRetriever:
+        """The granularity stated (or the only one), `k` within the corpus."""
+        index: IndexSet = self.index
+        try:
+            self.granularity = index.granularity(self.granularity)
+        except KeyError as e:
+            raise ValueError(e.args[0]) from None
+        index[self.granularity].check_k(self.k)
+        return self
+
     @classmethod
     def from_overrides(cls, *overrides: str, **kwargs: Any) -> DensexRetriever:
         """`densex.open_index(*overrides)` wrapped as a retriever (`k`, `granularity`, ...)."""
@@ -47,6 +61,5 @@ class DensexRetriever(BaseRetriever):
         self, query: str, *, run_manager: CallbackManagerForRetrieverRun
     ) -> list[Document]:
         index: IndexSet = self.index
-        granularity = self.granularity or next(iter(index))
-        (hits,) = index.search([query], self.k, granularity, self.units_per_passage)
-        return [hit_document(h, rank, granularity) for rank, h in enumerate(hits, start=1)]
+        (hits,) = index.search([query], self.k, self.granularity, self.units_per_passage)
+        return [hit_document(h, rank, self.granularity) for rank, h in enumerate(hits, start=1)]

@@ -20,6 +20,21 @@ while the open proposition equals one the row has already closed: a student that
 a sentence's next clause as a proposition of its own writes the previous one again (greedy, 58%
 of its propositions were duplicates); under beam search the banned hypothesis gives way to one
 that goes on.
+
+Cheaper, same tokens (`benchmarks/propositionizer_speed.py` measures both): greedy leaves
+finished rows out of the batch (`DROP_FRACTION`) and verifies copy-span drafts (prompt-lookup
+decoding with the source as the draft: after the row's newest tokens, the source tokens that
+follow their longest match; `LOOKAHEAD` at most) in one pass through the cached layers, keeping
+the drafted tokens greedy would have written and greedy's next one. Each verified position sees
+what the one-token loop would have seen: its own n-gram history, the coverage of the positions
+before it (`copy_lm.covered_softmax`, position by position), and the decoding rules on the
+tokens up to it, so every rule stays on under lookahead. Beam search leaves finished examples
+out. Per step, time and memory grow with the batch's rows x (1 + drafted tokens) for the layers
+and the vocabulary mixture, and the cache with rows x (source + output length); exactness holds
+in exact arithmetic (float rounding may differ between batch shapes, as between batch sizes).
+
+Why this module is long: the plain loop (the reference), its cheaper equal and beam search
+share one step, one cache layout and the decoding rules; apart, each would restate them.
 """
 
 from __future__ import annotations
@@ -28,10 +43,19 @@ import functools
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 
-__all__ = ["ban_repeated_propositions", "ban_repeated_ngrams", "decode", "decode_step"]
+__all__ = [
+    "LOOKAHEAD",
+    "ban_repeated_ngrams",
+    "ban_repeated_propositions",
+    "decode",
+    "decode_step",
+]
 
 _HASH_BASE, _HASH_MOD = 1_000_003, 2_147_483_647  # products stay far below 2**63
+LOOKAHEAD = 8  # greedy's drafted source tokens per step (benchmarks/propositionizer_speed.py)
+DROP_FRACTION = 0.125  # finished rows are dropped once they are this share of the batch
 
 
 def decode(
@@ -43,8 +67,14 @@ def decode(
     no_repeat_ngram_size: int | None = None,
     coverage_penalty: float | None = None,
     no_repeat_proposition: bool | None = None,
+    lookahead: int | None = None,
+    drop_finished: bool = True,
 ) -> torch.Tensor:
-    """Generated ids (B, 1 + n) for each source row (module docstring)."""
+    """Generated ids (B, 1 + n) for each source row (module docstring). Greedy decoding
+    verifies up to `lookahead` drafted source tokens per step (None: `LOOKAHEAD`; 0: one token
+    a step) and, with `drop_finished`, leaves finished rows (beam search: finished examples)
+    out of the batch; `lookahead` 0 without `drop_finished` is the plain one-token loop
+    (`_greedy`), which the others equal token for token."""
     src = model.encode_source(input_ids, attention_mask)
     src["no_repeat"] = int(no_repeat_ngram_size or 0)
     if no_repeat_proposition:
@@ -55,7 +85,13 @@ def decode(
         src["coverage_penalty"] = float(coverage_penalty)
     room = int(model.config.max_position_embeddings - src["lengths"].max())
     steps = max(0, min(max_new_tokens, room))
-    out = _beam(model, src, steps, num_beams) if num_beams > 1 else _greedy(model, src, steps)
+    k = LOOKAHEAD if lookahead is None else int(lookahead)
+    if num_beams > 1:
+        out = _beam(model, src, steps, num_beams, drop_finished)
+    elif k == 0 and not drop_finished:
+        out = _greedy(model, src, steps)
+    else:
+        out = _greedy_rows(model, src, steps, k)
     if steps < max_new_tokens and out.shape[1] == steps + 1:  # cut by the position budget
         pad = out.new_full((out.shape[0], max_new_tokens - steps), model.config.pad_token_id)
         out = torch.cat([out, pad], 1)
@@ -73,13 +109,26 @@ def decode_step(model: Any, src: dict, cache: list, fed: torch.Tensor, t: int) -
     at = src["valid"].shape[1] + t  # the padded source's width, then the target's steps
     h, cache = model.run_layers(x, mask, with_room(cache, at + 1), at)
     logp = model.next_log_probs(h, src, model.step_history(fed))[:, 0]
-    banned = [model.config.pad_token_id, model.config.decoder_start_token_id]
-    logp[:, banned] = float("-inf")
+    return apply_rules(model, src, logp, fed), cache
+
+
+def apply_rules(
+    model: Any,
+    src: dict,
+    logp: torch.Tensor,
+    fed: torch.Tensor,
+    lengths: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Next-token `logp` (R, V) after the tokens `fed` (R, t + 1; each row's first `lengths`,
+    default all) with the decoding rules applied: never the padding or the start token, and
+    the `no_repeat_ngram_size` and `no_repeat_proposition` bans where they are on."""
+    logp[:, [model.config.pad_token_id, model.config.decoder_start_token_id]] = float("-inf")
+    rows = () if lengths is None else (lengths,)  # the one-token loop's calls stay as they were
     if src.get("no_repeat", 0) > 1:
-        logp = ban_repeated_ngrams(logp, fed, src["no_repeat"])
+        logp = ban_repeated_ngrams(logp, fed, src["no_repeat"], *rows)
     if "closers" in src:
-        logp = ban_repeated_propositions(logp, fed, fed.new_tensor(src["closers"]))
-    return logp, cache
+        logp = ban_repeated_propositions(logp, fed, fed.new_tensor(src["closers"]), *rows)
+    return logp
 
 
 def with_room(cache: list, need: int) -> list:
@@ -92,7 +141,9 @@ def with_room(cache: list, need: int) -> list:
     size = max(need, 2 * have)
 
     def grow(a: torch.Tensor) -> torch.Tensor:
-        b = a.new_empty(*a.shape[:2], size, a.shape[3])
+        # zeros, not empty: a row of the lookahead attends over slots it has not written
+        # (masked), and masked garbage could be NaN, which a zero weight does not cancel
+        b = a.new_zeros(*a.shape[:2], size, a.shape[3])
         b[:, :, :have] = a
         return b
 
@@ -112,49 +163,84 @@ def reorder_rows(cache: list, order: torch.Tensor, filled: int) -> list:
     return cache
 
 
-def ban_repeated_ngrams(logp: torch.Tensor, fed: torch.Tensor, n: int) -> torch.Tensor:
+def ban_repeated_ngrams(
+    logp: torch.Tensor, fed: torch.Tensor, n: int, lengths: torch.Tensor | None = None
+) -> torch.Tensor:
     """`logp` (R, V) with -inf at each token that would end an n-gram already in its row of
     `fed` (R, t + 1; column 0 is the start token, which no n-gram includes): the n-1 newest
-    tokens are compared with every earlier window at once."""
+    tokens are compared with every earlier window at once. `lengths` (R,): each row's own
+    length in `fed` (what follows is ignored; the lookahead's rows differ), default t + 1."""
+    rows, tokens = repeated_ngrams(fed, n, lengths)
+    return logp.index_put((rows, tokens), logp.new_tensor(float("-inf")))
+
+
+def repeated_ngrams(
+    fed: torch.Tensor, n: int, lengths: torch.Tensor | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The (row, token) pairs `ban_repeated_ngrams` bans."""
     seq = fed[:, 1:]
-    if seq.shape[1] < n:
-        return logp
-    windows = seq.unfold(1, n, 1)  # (R, t - n + 1, n): every n-gram so far
-    match = (windows[:, :, :-1] == seq[:, None, 1 - n :]).all(-1)
+    if lengths is None:
+        lengths = torch.full_like(fed[:, 0], fed.shape[1])
+    tokens = lengths - 1  # per row, the tokens of `seq` that count
+    width = int(tokens.max()) if len(tokens) else 0
+    if width < n:
+        return seq.new_zeros(0), seq.new_zeros(0)
+    seq = seq[:, :width]
+    windows = seq.unfold(1, n, 1)  # (R, width - n + 1, n): every n-gram so far
+    back = tokens[:, None] - n + 1 + torch.arange(n - 1, device=seq.device)
+    newest = seq.gather(1, back.clamp_min(0))
+    inside = torch.arange(windows.shape[1], device=seq.device)[None, :] <= (tokens - n)[:, None]
+    match = (windows[:, :, :-1] == newest[:, None, :]).all(-1) & inside
     rows, at = match.nonzero(as_tuple=True)
-    return logp.index_put((rows, windows[rows, at, -1]), logp.new_tensor(float("-inf")))
+    return rows, windows[rows, at, -1]
 
 
 def ban_repeated_propositions(
-    logp: torch.Tensor, fed: torch.Tensor, closers: torch.Tensor
+    logp: torch.Tensor,
+    fed: torch.Tensor,
+    closers: torch.Tensor,
+    lengths: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """`logp` (R, V) with -inf at every token of `closers` in each row of `fed` (R, t + 1;
     column 0 the start token) whose open proposition (the tokens after its last closer) is not
     empty and equals a proposition the row has closed. Propositions are compared by a
-    polynomial hash of their tokens and their length, all rows at once."""
+    polynomial hash of their tokens and their length, all rows at once. `lengths` (R,): each
+    row's own length in `fed` (what follows is ignored), default t + 1."""
+    hit = repeated_proposition_rows(fed, closers, lengths)
+    if len(hit):
+        logp[hit[:, None], closers[None, :]] = float("-inf")
+    return logp
+
+
+def repeated_proposition_rows(
+    fed: torch.Tensor, closers: torch.Tensor, lengths: torch.Tensor | None = None
+) -> torch.Tensor:
+    """The rows whose closers `ban_repeated_propositions` bans."""
     seq = fed[:, 1:]
     rows, width = seq.shape
     if width == 0:
-        return logp
-    closes = torch.isin(seq, closers)
-    segment = closes.long().cumsum(1) - closes.long()  # a closer belongs to what it closes
+        return seq.new_zeros(0)
     at = torch.arange(width, device=seq.device).expand(rows, -1)
+    real = (
+        at < (lengths[:, None] - 1)
+        if lengths is not None
+        else torch.ones_like(at, dtype=torch.bool)
+    )
+    closes = torch.isin(seq, closers) & real
+    segment = closes.long().cumsum(1) - closes.long()  # a closer belongs to what it closes
     after = torch.where(closes, at + 1, 0).cummax(1).values  # first index after each closer
     start = torch.cat([after.new_zeros(rows, 1), after[:, :-1]], 1)  # of each token's segment
     powers = _powers(width, seq.device)[at - start]
-    terms = torch.where(closes, 0, (seq + 1) * powers % _HASH_MOD)
+    terms = torch.where(closes | ~real, 0, (seq + 1) * powers % _HASH_MOD)
     n = int(segment.max()) + 1
     hashes = seq.new_zeros(rows, n).scatter_add_(1, segment, terms) % _HASH_MOD
-    sizes = seq.new_zeros(rows, n).scatter_add_(1, segment, (~closes).long())
+    sizes = seq.new_zeros(rows, n).scatter_add_(1, segment, (~closes & real).long())
     open_ = closes.long().sum(1, keepdim=True)  # the open segment's id = closers so far
     open_hash = hashes.gather(1, open_.clamp_max(n - 1))
     open_size = torch.where(open_ < n, sizes.gather(1, open_.clamp_max(n - 1)), 0)
     closed = torch.arange(n, device=seq.device)[None, :] < open_
     same = closed & (hashes == open_hash) & (sizes == open_size) & (open_size > 0)
-    hit = same.any(1).nonzero().flatten()
-    if len(hit):
-        logp[hit[:, None], closers[None, :]] = float("-inf")
-    return logp
+    return same.any(1).nonzero().flatten()
 
 
 def _powers(n: int, device: torch.device) -> torch.Tensor:
@@ -172,6 +258,8 @@ def _power_table(n: int, device: str) -> torch.Tensor:
 
 
 def _greedy(model: Any, src: dict, steps: int) -> torch.Tensor:
+    """The plain greedy loop: one token a step for every row until all have ended (the
+    reference `_greedy_rows` equals)."""
     cfg = model.config
     token = torch.full_like(src["lengths"], cfg.decoder_start_token_id)
     out, cache = token[:, None], src["cache"]
@@ -186,6 +274,127 @@ def _greedy(model: Any, src: dict, steps: int) -> torch.Tensor:
     return out
 
 
+def _take(src: dict, rows: torch.Tensor) -> dict:
+    """`src` with every per-row tensor and the cache cut to `rows` (the batch's survivors)."""
+    out = {n: v[rows] if torch.is_tensor(v) else v for n, v in src.items() if n != "cache"}
+    out["cache"] = [(a[rows], b[rows]) for a, b in src["cache"]]
+    return out
+
+
+def _greedy_rows(model: Any, src: dict, steps: int, k: int) -> torch.Tensor:
+    """Greedy decoding equal to `_greedy`, cheaper: each step feeds every row's last token
+    and up to `k` drafted source tokens (`_propose`), verifies them in one pass through the
+    cached layers (`_verify`) and keeps the drafted tokens greedy confirms and greedy's token
+    after them; a row that ended is written out and, once such rows are `DROP_FRACTION` of
+    the batch, they leave it."""
+    cfg, n = model.config, len(src["lengths"])
+    k = k if cfg.use_copy else 0  # drafts are confirmed through the copy head
+    out = src["lengths"].new_full((n, steps + 1), cfg.pad_token_id)
+    seq = src["lengths"].new_full((n, steps + k + 2), cfg.pad_token_id)  # room for a draft
+    out[:, 0] = seq[:, 0] = cfg.decoder_start_token_id
+    count = torch.ones_like(src["lengths"])  # each row's tokens so far, the start included
+    alive = torch.arange(n, device=seq.device)  # the batch's rows among the inputs
+    live = torch.ones_like(count, dtype=torch.bool)  # not ended yet
+    while steps > 0 and len(alive):
+        drafts = _propose(src, seq, count, k, cfg.pad_token_id) if k else None
+        tokens = seq.gather(1, count[:, None] - 1)  # the last token, not yet fed
+        if drafts is not None:
+            seq.scatter_(1, count[:, None] + torch.arange(k, device=seq.device), drafts)
+            tokens = torch.cat([tokens, drafts], 1)  # the rules and the history read them
+        m, new = _verify(model, src, seq, count, tokens)
+        m = torch.where(live, torch.minimum(m, steps + 1 - count), 0)
+        slots = count[:, None] + torch.arange(new.shape[1], device=seq.device)
+        keep = torch.arange(new.shape[1], device=seq.device)[None, :] < m[:, None]
+        seq.scatter_(1, slots, torch.where(keep, new, seq.gather(1, slots)))
+        if "coverage" in src:  # the coverage after the positions greedy would have fed
+            trace = src.pop("coverage_trace")
+            src["coverage"] = trace[torch.arange(len(m)), (m - 1).clamp_min(0)]
+        count = count + m
+        last = seq.gather(1, count[:, None] - 1)[:, 0]
+        ended = live & ((last == cfg.eos_token_id) | (count > steps))
+        if bool(ended.any()):
+            cols = torch.arange(steps + 1, device=seq.device)[None, :]
+            row = seq[ended, : steps + 1]
+            out[alive[ended]] = torch.where(cols < count[ended, None], row, cfg.pad_token_id)
+            live = live & ~ended
+        dead = int((~live).sum())
+        if dead == len(alive):
+            break
+        if dead and dead >= DROP_FRACTION * len(alive):
+            rows = live.nonzero().flatten()
+            src, seq, count = _take(src, rows), seq[rows], count[rows]
+            alive, live = alive[rows], live[rows]
+    width = int((out != cfg.pad_token_id).sum(1).max()) if n else 1
+    return out[:, : max(width, 1)]
+
+
+def _propose(
+    src: dict, seq: torch.Tensor, count: torch.Tensor, k: int, pad: int
+) -> torch.Tensor | None:
+    """Each row's draft (R, k): the `k` source tokens after the source position whose
+    preceding tokens match the row's newest tokens longest (the copy head's own n-gram
+    match, `src["before"]`; the first such position), `pad` (never greedy's choice) where a
+    row has no match or the source ends; None when no row has one."""
+    n = src["before"].shape[-1]
+    back = (count - 1)[:, None] - torch.arange(n, device=seq.device)  # the newest token first
+    history = torch.where(back >= 0, seq.gather(1, back.clamp_min(0)), -1)
+    run = (src["before"] == history[:, None, :]).long().cumprod(-1).sum(-1)  # (R, S - 1)
+    run = run.masked_fill(~src["copy_valid"], 0)
+    longest, at = run.max(1).values, run.argmax(1)
+    if not bool((longest > 0).any()):
+        return None
+    last = src["copy_ids"].shape[1] - 1
+    pos = (at[:, None] + torch.arange(k, device=seq.device)).clamp_max(last)
+    ok = src["copy_valid"].gather(1, pos) & (longest > 0)[:, None]
+    ok &= at[:, None] + torch.arange(k, device=seq.device) <= last
+    return torch.where(ok, src["copy_ids"].gather(1, pos), pad)
+
+
+def _verify(
+    model: Any, src: dict, seq: torch.Tensor, count: torch.Tensor, tokens: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Feed `tokens` (R, T: each row's last token, then its draft) at each row's own next
+    positions through the cached layers and take greedy's token after each (the mixture and
+    the decoding rules as each position would meet them one step at a time). Returns how many
+    new tokens each row gets (R,): the drafted ones greedy confirms, in order, and greedy's
+    token after them, up to the first end token; and those tokens (R, T)."""
+    cfg = model.config
+    r, t = tokens.shape
+    h, history = _feed(model, src, seq, count, tokens)
+    logp = model.next_log_probs(h, src, history)  # (R, T, V)
+    best = torch.stack(
+        [apply_rules(model, src, logp[:, j], seq, count + j).argmax(-1) for j in range(t)], 1
+    )
+    m = (best[:, :-1] == tokens[:, 1:]).long().cumprod(1).sum(1) + 1
+    cols = torch.arange(t, device=seq.device)[None, :]
+    ends = (best == cfg.eos_token_id) & (cols < m[:, None])
+    return torch.where(ends.any(1), ends.int().argmax(1) + 1, m), best
+
+
+def _feed(
+    model: Any, src: dict, seq: torch.Tensor, count: torch.Tensor, tokens: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The target states (R, T, h) of `tokens` fed at each row's next positions (the cache in
+    `src` updated) and the copy head's history of each (R, T, NGRAM)."""
+    cfg = model.config
+    r, t = tokens.shape
+    width = src["valid"].shape[1]
+    ahead = torch.arange(t, device=seq.device)
+    at = width + count - 1  # each row's slot for its last token
+    pos = (src["lengths"] + count - 1)[:, None] + ahead
+    x = model.embed(tokens, pos.clamp_max(cfg.max_position_embeddings - 1), cfg.target_token_type)
+    keys = int(at.max()) + t
+    slot = torch.arange(keys, device=seq.device)[None, None, :]
+    target = (slot >= width) & (slot <= at[:, None, None] + ahead[None, :, None])
+    source = F.pad(src["valid"], (0, keys - width))[:, None, :]
+    cache = with_room(src["cache"], keys)
+    h, src["cache"] = model.run_layers(x, (target | source)[:, None], cache, at)
+    n = src["before"].shape[-1]
+    back = (count - 1)[:, None, None] + ahead[None, :, None] - torch.arange(n, device=seq.device)
+    history = seq.gather(1, back.clamp_min(0).view(r, -1)).view(r, t, n)
+    return h, torch.where(back >= 0, history, -1)
+
+
 def _expand(src: dict, k: int) -> dict:
     """Every source tensor (and cache) repeated `k` times per row (one per beam)."""
     out = {n: v.repeat_interleave(k, 0) for n, v in src.items() if torch.is_tensor(v)}
@@ -194,40 +403,51 @@ def _expand(src: dict, k: int) -> dict:
     return out
 
 
-def _beam(model: Any, src: dict, steps: int, k: int) -> torch.Tensor:
+def _beam(model: Any, src: dict, steps: int, k: int, drop_finished: bool = True) -> torch.Tensor:
+    """Beam search of width `k`; with `drop_finished`, an example whose search has ended
+    leaves the batch (its `k` rows) once such rows are `DROP_FRACTION` of it."""
     cfg, n = model.config, len(src["lengths"])
     src = _expand(src, k)
-    cache = src["cache"]
     scores = torch.full((n, k), float("-inf"), device=src["lengths"].device)
     scores[:, 0] = 0.0  # one live beam at the start (the others would be its copies)
     seqs = torch.full((n * k, 1), cfg.decoder_start_token_id, device=scores.device)
     finished: list[list[tuple[float, list[int]]]] = [[] for _ in range(n)]
     done = [False] * n
+    alive = list(range(n))  # the examples in the batch, in its order
     for t in range(steps):
-        logp, cache = decode_step(model, src, cache, seqs, t)
-        cand = (scores.reshape(-1, 1) + logp).reshape(n, -1)
+        logp, src["cache"] = decode_step(model, src, src["cache"], seqs, t)
+        cand = (scores.reshape(-1, 1) + logp).reshape(len(alive), -1)
         top, idx = cand.topk(2 * k, dim=1)
-        choice = _select(top, idx, logp.shape[-1], k, seqs, finished, done, t + 1, cfg)
+        choice = _select(top, idx, logp.shape[-1], k, seqs, finished, done, t + 1, cfg, alive)
         scores, beams, tokens = choice
-        reorder = (torch.arange(n, device=seqs.device)[:, None] * k + beams).reshape(-1)
+        base = torch.arange(len(alive), device=seqs.device)[:, None] * k
+        reorder = (base + beams).reshape(-1)
         seqs = torch.cat([seqs[reorder], tokens.reshape(-1, 1)], 1)
-        cache = reorder_rows(cache, reorder, src["valid"].shape[1] + t + 1)
+        src["cache"] = reorder_rows(src["cache"], reorder, src["valid"].shape[1] + t + 1)
         if "coverage" in src:
             src["coverage"] = src["coverage"][reorder]
         if all(done):
             break
-    return _best(seqs, scores, finished, k, cfg)
+        ended = [done[e] for e in alive]
+        if drop_finished and sum(ended) and sum(ended) >= DROP_FRACTION * len(alive):
+            keep = [i for i, e in enumerate(ended) if not e]
+            rows = torch.tensor([i * k + j for i in keep for j in range(k)], device=seqs.device)
+            src, seqs, scores = _take(src, rows), seqs[rows], scores[keep]
+            alive = [alive[i] for i in keep]
+    return _best(seqs, scores, finished, k, cfg, alive)
 
 
-def _select(top, idx, vocab, k, seqs, finished, done, length, cfg) -> tuple:
-    """One beam step's bookkeeping: candidates ending with `[SEP]` among the top `k` go to
-    `finished` (score / length); the best `k` others live on. Returns the new scores, the
-    beams they extend and their tokens (a finished example keeps dead beams)."""
+def _select(top, idx, vocab, k, seqs, finished, done, length, cfg, alive) -> tuple:
+    """One beam step's bookkeeping for the batch's examples `alive` (their ids in `finished`
+    and `done`): candidates ending with `[SEP]` among the top `k` go to `finished` (score /
+    length); the best `k` others live on. Returns the new scores, the beams they extend and
+    their tokens (a finished example keeps dead beams until it leaves the batch)."""
     n = top.shape[0]
     scores = torch.full((n, k), float("-inf"), device=top.device)
     beams = torch.zeros((n, k), dtype=torch.long, device=top.device)
     tokens = torch.full((n, k), cfg.pad_token_id, dtype=torch.long, device=top.device)
-    for b, (row, ids) in enumerate(zip(top.tolist(), idx.tolist())):
+    for i, (row, ids) in enumerate(zip(top.tolist(), idx.tolist())):
+        b = alive[i]
         if done[b]:
             continue
         live = 0
@@ -235,27 +455,30 @@ def _select(top, idx, vocab, k, seqs, finished, done, length, cfg) -> tuple:
             beam, token = divmod(flat, vocab)
             if token == cfg.eos_token_id:
                 if j < k and score > float("-inf"):
-                    seq = seqs[b * k + beam].tolist() + [token]
+                    seq = seqs[i * k + beam].tolist() + [token]
                     finished[b] = sorted([*finished[b], (score / length, seq)], reverse=True)[:k]
                 continue
-            scores[b, live], beams[b, live], tokens[b, live] = score, beam, token
+            scores[i, live], beams[i, live], tokens[i, live] = score, beam, token
             live += 1
             if live == k:
                 break
-        best_live = scores[b, 0].item() / length
+        best_live = scores[i, 0].item() / length
         done[b] = len(finished[b]) >= k and finished[b][-1][0] >= best_live
     return scores, beams, tokens
 
 
 def _best(
-    seqs: torch.Tensor, scores: torch.Tensor, finished: list, k: int, cfg: Any
+    seqs: torch.Tensor, scores: torch.Tensor, finished: list, k: int, cfg: Any, alive: list
 ) -> torch.Tensor:
-    """The best hypothesis of each example (a live beam where none finished), padded."""
+    """The best hypothesis of each example (a live beam where none finished: the examples
+    still in the batch, `alive`), padded."""
     length = seqs.shape[1] - 1
     rows = []
+    place = {e: i for i, e in enumerate(alive)}
     for b, hyps in enumerate(finished):
         if not hyps:
-            hyps = [(scores[b, 0].item() / max(length, 1), seqs[b * k].tolist())]
+            i = place[b]
+            hyps = [(scores[i, 0].item() / max(length, 1), seqs[i * k].tolist())]
         rows.append(hyps[0][1])
     width = max(len(r) for r in rows)
     out = torch.full((len(rows), width), cfg.pad_token_id, dtype=torch.long, device=seqs.device)

@@ -40,7 +40,15 @@ from transformers.models.bert.modeling_bert import BertModel, BertPreTrainedMode
 from densex.propositionizer.copy_decode import decode
 from densex.propositionizer.surface import COPY_MODEL_TYPE
 
-__all__ = ["MODEL_TYPE", "CopyLMConfig", "CopyLMOutput", "CopyPrefixLM", "coverage_loss"]
+__all__ = [
+    "MODEL_TYPE",
+    "CopyLMConfig",
+    "CopyLMOutput",
+    "CopyPrefixLM",
+    "content_positions",
+    "coverage_loss",
+    "covered_softmax",
+]
 
 MODEL_TYPE = COPY_MODEL_TYPE
 NGRAM = 4  # the copy head's continuation bonus looks at up to this many previous tokens
@@ -51,8 +59,11 @@ class CopyLMConfig(BertConfig):
     ablation), the copy attention's initial scale and n-gram bonus, the proposition
     separator's id, the target segment's token type, the decoding's `no_repeat_ngram_size`,
     `coverage_penalty` and `no_repeat_proposition` (null: none; `copy_decode.py`), kept
-    here because config.json travels with an export, and the training's `coverage_loss`
-    weight (0: none; `coverage_loss`)."""
+    here because config.json travels with an export, the training's `coverage_loss`
+    weight (0: none; `coverage_loss`), and the token ids of the source's content marker
+    (`pairs.CONTENT_MARKER`): coverage (penalty and loss) counts only the source positions
+    after its last occurrence, so read-only context and the title may be copied at will
+    (null, or no marker in a source: every position counts)."""
 
     model_type = MODEL_TYPE
 
@@ -67,9 +78,11 @@ class CopyLMConfig(BertConfig):
         coverage_penalty: float | None = None,
         coverage_loss: float = 0.0,
         no_repeat_proposition: bool | None = None,
+        content_marker_ids: list[int] | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
+        self.content_marker_ids = content_marker_ids
         self.use_copy = use_copy
         self.copy_scale = copy_scale
         self.copy_ngram_bonus = copy_ngram_bonus
@@ -136,15 +149,25 @@ class CopyPrefixLM(BertPreTrainedModel):
 
     # ---- the stack ---------------------------------------------------------------------------
     def run_layers(
-        self, x: torch.Tensor, mask: torch.Tensor, past: list[Any] | None = None, at: int = 0
+        self,
+        x: torch.Tensor,
+        mask: torch.Tensor,
+        past: list[Any] | None = None,
+        at: int | torch.Tensor = 0,
     ) -> tuple[torch.Tensor, list[tuple[torch.Tensor, torch.Tensor]]]:
         """BERT's layers over embeddings `x` (B, T, h) with a boolean attention `mask`
         (B, 1, T, keys); returns the states and each layer's (key, value). Without `past` the
         keys are these T; with `past` (per layer (key, value) buffers (B, heads, >= at + T,
         d), holding `at` earlier positions) these T are written into the buffers at `at` and
         the keys are the first `at` + T positions (docs/architecture.md, "Copy student
-        decoding cost")."""
+        decoding cost"). `at` may be one offset per row (a (B,) tensor: rows at different
+        target lengths, `copy_decode`'s lookahead); the keys are then the first max(`at`) + T
+        positions and `mask` hides what a row has not written."""
         cache = []
+        rows = slots = None
+        if torch.is_tensor(at):  # per-row write positions (B, T)
+            rows = torch.arange(x.shape[0], device=x.device)[:, None]
+            slots = at[:, None] + torch.arange(x.shape[1], device=x.device)
         for i, layer in enumerate(self.bert.encoder.layer):
             att = layer.attention.self
             b, t, _ = x.shape
@@ -154,9 +177,17 @@ class CopyPrefixLM(BertPreTrainedModel):
             )
             if past is not None:
                 keys, values = past[i]
-                keys[:, :, at : at + t], values[:, :, at : at + t] = k, v
                 cache.append(past[i])
-                k, v = keys[:, :, : at + t], values[:, :, : at + t]
+                if slots is None:
+                    keys[:, :, at : at + t], values[:, :, at : at + t] = k, v
+                    k, v = keys[:, :, : at + t], values[:, :, : at + t]
+                else:  # advanced indices around a slice: the indexed view is (B, T, heads, d)
+                    keys[rows, :, slots], values[rows, :, slots] = (
+                        k.transpose(1, 2),
+                        v.transpose(1, 2),
+                    )
+                    width = mask.shape[-1]
+                    k, v = keys[:, :, :width], values[:, :, :width]
             else:
                 cache.append((k, v))
             p = att.dropout.p if self.training else 0.0
@@ -204,12 +235,9 @@ class CopyPrefixLM(BertPreTrainedModel):
         for k in range(NGRAM):  # src["before"][..., k]: the source token k+1 before a candidate
             matched = matched & (src["before"][:, None, :, k] == history[:, :, None, k])
             scores = scores + self.copy_ngram[k] * matched
-        if "coverage" in src:  # decoding with a coverage penalty (copy_decode.py)
-            scores = scores - src["coverage_penalty"] * src["coverage"][:, None, :]
         scores = scores.masked_fill(~src["copy_valid"][:, None, :], float("-inf"))
-        weights = scores.softmax(-1)
-        if "coverage" in src:  # one decoding step: this step's attention joins the coverage
-            src["coverage"] = src["coverage"] + weights[:, -1]
+        # decoding with a coverage penalty (copy_decode.py): position by position
+        weights = covered_softmax(scores, src) if "coverage" in src else scores.softmax(-1)
         context = weights @ src["states"][:, 1:]
         z = self.gate(torch.cat([h, context], -1))
         return weights, (F.logsigmoid(z), F.logsigmoid(-z))
@@ -217,10 +245,22 @@ class CopyPrefixLM(BertPreTrainedModel):
     def next_log_probs(self, h: torch.Tensor, src: dict, history: torch.Tensor) -> torch.Tensor:
         """Log-probabilities over the vocabulary of the next token for target states
         `h` (B, T, h): the gated mixture of the vocabulary and copy distributions."""
-        logp = self.vocab_logits(h).float().log_softmax(-1)
         if not self.config.use_copy:
-            return logp
-        weights, (log_gen, log_copy) = self.copy_attention(h, src, history)
+            return self.vocab_logits(h).float().log_softmax(-1)
+        return self.mix(h, src, *self.copy_attention(h, src, history))
+
+    def mix(
+        self,
+        h: torch.Tensor,
+        src: dict,
+        weights: torch.Tensor,
+        gates: tuple[torch.Tensor, torch.Tensor],
+    ) -> torch.Tensor:
+        """`next_log_probs` from the copy head's output for `h` (`copy_attention`: the copy
+        `weights` (B, T, S-1) and the log `gates`), so a decoder that has it need not
+        recompute it (`copy_decode`'s lookahead mixes at one position of several)."""
+        log_gen, log_copy = gates
+        logp = self.vocab_logits(h).float().log_softmax(-1)
         index = src["copy_ids"][:, None, :].expand(-1, h.shape[1], -1)
         copy = torch.zeros_like(logp).scatter_add_(-1, index, weights.float())
         # the copy path has mass only at the source's token ids: mix there, not over the
@@ -270,7 +310,7 @@ class CopyPrefixLM(BertPreTrainedModel):
         lam = float(getattr(self.config, "coverage_loss", 0.0) or 0.0)
         if weights is None or lam == 0.0:
             return CopyLMOutput(loss=nll, nll=nll.detach())
-        cov = coverage_loss(weights, labels != -100)
+        cov = coverage_loss(weights * src["cover"][:, None, :], labels != -100)
         return CopyLMOutput(loss=nll + lam * cov, nll=nll.detach(), coverage=cov.detach())
 
     def label_log_probs(
@@ -304,6 +344,7 @@ class CopyPrefixLM(BertPreTrainedModel):
             "copy_ids": input_ids[:, 1:],
             "copy_valid": valid[:, 1:],
             "before": before,
+            "cover": content_positions(input_ids, self.config)[:, 1:].to(h.dtype),
         }
 
     # ---- generation --------------------------------------------------------------------------
@@ -323,10 +364,14 @@ class CopyPrefixLM(BertPreTrainedModel):
         no_repeat_ngram_size: int | None = None,
         coverage_penalty: float | None = None,
         no_repeat_proposition: bool | None = None,
+        lookahead: int | None = None,
+        drop_finished: bool = True,
         **_: Any,
     ) -> torch.Tensor:
         """Greedy (`num_beams` 1) or beam decoding (`copy_decode.decode`); a null decoding rule
-        takes the config's."""
+        takes the config's. `lookahead` (greedy's drafted source tokens per step; null:
+        `copy_decode.LOOKAHEAD`, 0: one token a step) and `drop_finished` change the cost,
+        not the tokens."""
         if no_repeat_ngram_size is None:
             no_repeat_ngram_size = getattr(self.config, "no_repeat_ngram_size", None)
         if coverage_penalty is None:
@@ -342,6 +387,8 @@ class CopyPrefixLM(BertPreTrainedModel):
             no_repeat_ngram_size,
             coverage_penalty,
             no_repeat_proposition,
+            lookahead,
+            drop_finished,
         )
 
 
@@ -353,6 +400,41 @@ def coverage_loss(weights: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
     w = torch.where(keep[..., None], weights.float(), 0.0)
     cover = w.cumsum(1) - w
     return torch.minimum(w, cover).sum(-1)[keep].mean()
+
+
+def covered_softmax(scores: torch.Tensor, src: dict) -> torch.Tensor:
+    """The copy weights of decoding with a coverage penalty: copy `scores` (B, T, S-1) of T
+    consecutive target positions, each penalised by `src["coverage_penalty"]` x the coverage
+    so far (`src["coverage"]`, fp32 (B, S-1): the earlier positions' weights on the content,
+    `src["cover"]`), taken in order so that position t sees positions < t (one position: a
+    plain step; several: `copy_decode`'s lookahead verifying a draft). Updates
+    `src["coverage"]` to the coverage after all T and sets `src["coverage_trace"]` (B, T, S-1):
+    the coverage after each position (the decoder keeps the one after its accepted prefix)."""
+    coverage, weights, trace = src["coverage"], [], []
+    for t in range(scores.shape[1]):
+        penalty = src["coverage_penalty"] * coverage  # fp32 coverage, bf16 scores stay bf16
+        w = (scores[:, t] - penalty.to(scores.dtype)).softmax(-1)
+        coverage = coverage + (w * src["cover"]).float()
+        weights.append(w)
+        trace.append(coverage)
+    src["coverage"], src["coverage_trace"] = coverage, torch.stack(trace, 1)
+    return torch.stack(weights, 1)
+
+
+def content_positions(input_ids: torch.Tensor, config: Any) -> torch.Tensor:
+    """(B, S) bool: the source positions after the last occurrence of the config's
+    `content_marker_ids` in each row (all positions in a row without it, or without a marker
+    in the config): what coverage counts."""
+    marker = getattr(config, "content_marker_ids", None) or []
+    b, s = input_ids.shape
+    m = len(marker)
+    if m == 0 or s < m:
+        return torch.ones_like(input_ids, dtype=torch.bool)
+    windows = input_ids.unfold(1, m, 1)  # (B, S - m + 1, m)
+    hit = (windows == torch.tensor(marker, device=input_ids.device)).all(-1)
+    ends = torch.arange(m, s + 1, device=input_ids.device)  # first position after each window
+    start = (hit * ends).max(1).values  # 0 where the row has no marker
+    return torch.arange(s, device=input_ids.device)[None, :] >= start[:, None]
 
 
 def input_history(ids: torch.Tensor, fill: int = -1) -> torch.Tensor:

@@ -12,11 +12,17 @@ from typing import Any
 import torch
 
 from densex.utils.logging import get_logger
-from densex.utils.models import resolve_dtype
+from densex.utils.models import cpu_has_bf16, resolve_dtype
 
 log = get_logger(__name__)
 
-__all__ = ["effective_dtype", "hub_commit", "model_fingerprint"]
+__all__ = [
+    "cpu_has_bf16",
+    "effective_dtype",
+    "hub_commit",
+    "model_fingerprint",
+    "runtime_dtype",
+]
 
 
 def hub_commit(repo_id: str, cache_dir: str | os.PathLike | None = None) -> str | None:
@@ -48,10 +54,25 @@ def model_fingerprint(model: str, cache_dir: str | os.PathLike | None = None) ->
 
 def effective_dtype(name: str, trainer_args: dict[str, Any] | None = None) -> str:
     """The dtype generation runs in: `float32|bfloat16|float16`, with `auto` resolved for the
-    trainer's accelerator (`trainer_args`: the `trainer` group's plain values; bfloat16 on a
-    bf16 CUDA GPU, float32 on CPU and elsewhere)."""
+    trainer's accelerator (`trainer_args`: the `trainer` group's plain values; `runtime_dtype`:
+    bfloat16 on a bf16 CUDA GPU and on a CPU with native bf16 matmuls, float32 elsewhere)."""
     accel = (trainer_args or {}).get("accelerator") or "auto"
     device = "cuda" if str(accel).lower() in ("auto", "gpu", "cuda") else "cpu"
     if device == "cuda" and not torch.cuda.is_available():
         device = "cpu"
-    return str(resolve_dtype(name, device)).removeprefix("torch.")
+    return str(runtime_dtype(name, device)).removeprefix("torch.")
+
+
+def runtime_dtype(name: Any, device: Any = None) -> torch.dtype:
+    """`utils.models.resolve_dtype`, except that `auto` on a CPU is bfloat16 where the CPU
+    multiplies bf16 natively (`cpu_has_bf16`: AMX or AVX512-BF16) and float32 elsewhere (on a
+    CPU without them bf16 matmuls are emulated: ~4x slower than fp32 on an AVX512 Xeon)."""
+    if str(name).lower() == "auto" and _on_cpu(device) and cpu_has_bf16():
+        return torch.bfloat16
+    return resolve_dtype(name, device)
+
+
+def _on_cpu(device: Any) -> bool:
+    if device is None:
+        return not torch.cuda.is_available()
+    return torch.device(device).type == "cpu"

@@ -17,6 +17,7 @@ from pytorch_lightning.callbacks import BasePredictionWriter
 from torch.utils.data import DataLoader, IterableDataset
 
 from densex.propositionizer.backbone import load_seq2seq, output_decoder
+from densex.propositionizer.fingerprint import runtime_dtype
 from densex.utils.generation import generate_sorted
 from densex.utils.io import DataError, read_jsonl, write_jsonl
 from densex.utils.locks import claim_each, release
@@ -33,15 +34,23 @@ __all__ = [
     "ClaimedShards",
     "PropositionGenerator",
     "PropositionShardWriter",
+    "RUNTIMES",
     "read_shard",
     "shard_path",
 ]
 
 SHARD_NAME = "shard-{:05d}.jsonl"
+RUNTIMES = ("torch", "ctranslate2")
 
 
 class PropositionGenerator(pl.LightningModule):
     """Greedy seq2seq generation in `predict_step`; one predict batch = one shard of passages.
+
+    `runtime` torch runs the checkpoint in torch (`dtype` auto: `fingerprint.runtime_dtype`,
+    bf16 where the device multiplies it natively); ctranslate2 runs a T5/Flan-T5 through
+    CTranslate2 (`ct2.py`; `quantization` its compute type, `max_batch_tokens` its batches,
+    `convert_dir` where its conversion is cached). `lookahead`: the copy student's drafted
+    tokens per greedy step (null: its default; exact, `copy_decode.py`).
 
     The checkpoint is loaded in `setup` (in every process, after ddp_spawn pickles the module),
     so the module itself is cheap to pickle. `shards` is a list of
@@ -61,8 +70,18 @@ class PropositionGenerator(pl.LightningModule):
         no_repeat_ngram_size: int | None = None,
         coverage_penalty: float | None = None,
         no_repeat_proposition: bool | None = None,
+        lookahead: int | None = None,
+        runtime: str = "torch",
+        quantization: str = "auto",
+        max_batch_tokens: int = 8192,
+        convert_dir: str | os.PathLike | None = None,
     ):
         super().__init__()
+        if runtime not in RUNTIMES:
+            raise ValueError(f"runtime must be one of {', '.join(RUNTIMES)}, got {runtime!r}")
+        self.runtime, self.quantization = runtime, quantization
+        self.max_batch_tokens = max_batch_tokens
+        self.convert_dir = None if convert_dir is None else str(convert_dir)
         self.model_name_or_path = model_name_or_path
         self.shards = list(shards)
         self.shard_dir = None if shard_dir is None else str(shard_dir)
@@ -75,6 +94,7 @@ class PropositionGenerator(pl.LightningModule):
             "no_repeat_ngram_size": no_repeat_ngram_size,
             "coverage_penalty": coverage_penalty,
             "no_repeat_proposition": no_repeat_proposition,
+            "lookahead": lookahead,  # the copy student's; null: its default (copy_decode)
         }
         self.generate_kwargs = {k: v for k, v in rules.items() if v is not None}
         self.dtype_name = dtype
@@ -86,6 +106,9 @@ class PropositionGenerator(pl.LightningModule):
             return
         from transformers import AutoTokenizer  # lazy: seconds to import
 
+        if self.runtime == "ctranslate2":
+            self.model, self.tokenizer = self._ctranslate2()
+            return
         # loaded directly in an explicit dtype; `auto` waits for the device (on_predict_start)
         dtype = torch.float32 if self.dtype_name == "auto" else resolve_dtype(self.dtype_name)
         self.model = load_seq2seq(self.model_name_or_path, dtype=dtype)
@@ -95,8 +118,37 @@ class PropositionGenerator(pl.LightningModule):
         self.tokenizer = AutoTokenizer.from_pretrained(self.model_name_or_path)
         self.tokenizer.model_max_length = self.max_source_length
 
+    def _ctranslate2(self) -> tuple[Any, Any]:
+        """The checkpoint through CTranslate2 (`ct2.py`): converted once into `convert_dir`
+        (default: beside the shard directories), T5-family checkpoints only."""
+        from transformers import AutoConfig, AutoTokenizer, GenerationConfig
+
+        from densex.propositionizer.ct2 import CT2Seq2Seq, compute_type, converted_model
+
+        path = self.model_name_or_path
+        kind = AutoConfig.from_pretrained(path).model_type
+        if kind not in ("t5", "mt5", "umt5"):
+            raise ValueError(f"runtime=ctranslate2 runs T5/Flan-T5 checkpoints, not {kind!r}")
+        if self.convert_dir is None and self.shard_dir is None:
+            raise ValueError("runtime=ctranslate2 needs convert_dir (where conversions are cached)")
+        cache = self.convert_dir or str(Path(self.shard_dir).parent)
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+        compute = compute_type(self.quantization, device)
+        tok = AutoTokenizer.from_pretrained(path)
+        tok.model_max_length = self.max_source_length
+        model = CT2Seq2Seq(
+            converted_model(path, cache, compute),
+            tok,
+            GenerationConfig.from_pretrained(path),
+            compute=compute,
+            device=device,
+            max_batch_tokens=self.max_batch_tokens,
+        )
+        return model, tok
+
     def on_predict_start(self) -> None:
-        self.model.to(resolve_dtype(self.dtype_name, self.device))
+        if self.runtime == "torch":
+            self.model.to(runtime_dtype(self.dtype_name, self.device))
 
     def predict_dataloader(self) -> DataLoader:
         rank, world = self.trainer.global_rank, self.trainer.world_size
@@ -120,11 +172,13 @@ class PropositionGenerator(pl.LightningModule):
         # drawn (a terminal has Lightning's bar, one step per shard), and its rate at the end
         every = float("inf") if is_tty() else None
         with Progress("propositions", len(sources), unit, every, tty=False) as progress:
+            # CTranslate2 batches by tokens within a call: one call per shard
+            batch = len(sources) if self.runtime == "ctranslate2" else self.batch_size
             out = generate_sorted(
                 self.model,
                 self.tokenizer,
                 sources,
-                self.batch_size,
+                max(1, batch),
                 self.max_new_tokens,
                 self.num_beams,
                 on_batch=progress.advance,

@@ -52,16 +52,14 @@ def _generation_settings(
     """The PropositionGenerator keyword arguments, with the dtype actually used (never the
     trainer's precision: see docs/architecture.md, "Propositionizer dtype"). The decoding rules are
     named only when set, so the shard keys of runs without it are unchanged."""
-    settings = {
-        "batch_size": opts.batch_size,
-        "max_source_length": opts.max_source_length,
-        "max_new_tokens": opts.max_new_tokens,
-        "num_beams": opts.num_beams,
-        "dtype": effective_dtype(opts.dtype, trainer_args),
-    }
-    for rule in DECODING_RULES:
+    names = ("batch_size", "max_source_length", "max_new_tokens", "num_beams")
+    settings = {k: getattr(opts, k) for k in names}
+    settings["dtype"] = effective_dtype(opts.dtype, trainer_args)
+    for rule in (*DECODING_RULES, "lookahead"):  # named only when set
         if getattr(opts, rule) is not None:
             settings[rule] = getattr(opts, rule)
+    if opts.runtime != "torch":
+        settings |= {k: getattr(opts, k) for k in ("runtime", "quantization", "max_batch_tokens")}
     return settings
 
 
@@ -72,11 +70,8 @@ def _model_inputs(
     (`sentence_inputs.py`; split by `opts.spacy_model`, the sentence units' splitter) and
     each unit's passage index."""
     if not opts.per_sentence:
-        if opts.context_sentences:
-            raise ValueError(
-                f"propositionizer.context_sentences={opts.context_sentences} needs per-sentence "
-                "inputs. Fix: propositionizer.per_sentence=true (or context_sentences=0)"
-            )
+        if opts.context_sentences:  # a context is the passage's earlier sentences
+            raise ValueError("propositionizer.context_sentences needs per_sentence=true")
         return passages, None
     split = SentenceSplitter(opts.spacy_model)
     units, owners = sentence_units(
@@ -232,6 +227,7 @@ def _merge(
         hit_max_new_tokens=cut,
         units=units,
         owners=owners,
+        min_shared_words=opts.min_shared_words,
         **record,
     )
 
@@ -255,6 +251,9 @@ def _merged(out_path: Path) -> bool:
     return record is not None and check_file(out_path, record) is None
 
 
+_NOT_KEYED = ("batch_size", "max_batch_tokens", "lookahead")  # cost, not tokens
+
+
 def _shards_key(
     fingerprint: dict[str, Any],
     passages_sha: str,
@@ -271,7 +270,7 @@ def _shards_key(
         model=fingerprint,
         passages=passages_sha,
         shard_size=opts.shard_size,
-        **{k: v for k, v in settings.items() if k != "batch_size"},
+        **{k: v for k, v in settings.items() if k not in _NOT_KEYED},
         **per_sentence,
     )
 
@@ -286,6 +285,7 @@ def _settings_record(settings: dict[str, Any], opts: ModelSettings) -> dict[str,
         "decoding": "greedy" if opts.num_beams == 1 else "beam",
         "per_sentence": bool(opts.per_sentence),
         "context_sentences": opts.context_sentences if opts.per_sentence else 0,
+        "min_shared_words": opts.min_shared_words,
     }
 
 

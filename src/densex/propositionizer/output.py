@@ -48,14 +48,15 @@ def manifest_path(out_path: str | os.PathLike) -> Path:
 
 def _resolve_all(
     units: Sequence[Record], owners: Sequence[int], raws: Sequence[str | None],
-    fallback: str, spacy_model: str | None, limits: ParseLimits,
+    fallback: str, spacy_model: str | None, limits: ParseLimits, min_shared: int = 0,
 ) -> Iterator[tuple[Record, int, Resolved]]:  # fmt: skip
     """(unit, its passage index, its resolved output) for every raw output; a parse error
     names the unit."""
     split = SentenceSplitter(spacy_model)
     for unit, owner, raw in zip(units, owners, raws):
         try:
-            resolved = resolve_output(raw, unit["text"], fallback, split, limits)
+            title = unit.get("title") or ""
+            resolved = resolve_output(raw, unit["text"], fallback, split, limits, min_shared, title)
         except Exception as e:
             raise ValueError(f"passage {unit['id']!r}: parsing its output failed: {e}") from e
         yield unit, owner, resolved
@@ -70,6 +71,7 @@ def write_propositions(
     limits: ParseLimits | None = None,
     units: Sequence[Record] | None = None,
     owners: Sequence[int] | None = None,
+    min_shared_words: int = 0,
     **manifest: Any,
 ) -> ParseStats:
     """Parse every raw output (with fallbacks, within `limits`) and write the propositions
@@ -77,7 +79,9 @@ def write_propositions(
 
     One row per passage, in passage order. `raws` are the outputs of `units` (default: the
     passages; `owners[i]`: unit i's passage, `sentence_inputs.py`), each parsed and falling
-    back on its own text; parse counts are per unit (`outputs`), rejected ids logged.
+    back on its own text; parse counts are per unit (`outputs`), rejected ids logged. With
+    `min_shared_words`, propositions sharing fewer content words with their own input text
+    are dropped (`resolve.supported`).
     """
     units = passages if units is None else units
     owners = range(len(passages)) if owners is None else owners
@@ -86,7 +90,8 @@ def write_propositions(
     limits = limits or ParseLimits()
     rows: list[Record] = [{"id": p["id"], "propositions": []} for p in passages]
     stats, rejected_ids = ParseStats(), []
-    for unit, owner, resolved in _resolve_all(units, owners, raws, fallback, spacy_model, limits):
+    parse = (fallback, spacy_model, limits, min_shared_words)
+    for unit, owner, resolved in _resolve_all(units, owners, raws, *parse):
         if resolved.result.rejected:
             rejected_ids.append(unit["id"])
             if len(rejected_ids) <= 5:
@@ -111,12 +116,7 @@ def write_propositions(
     )
     log.info(
         "wrote %d passages -> %d propositions to %s (strict %d, repaired %d, fallbacks %s, dropped %d)",
-        counts["passages"],
-        counts["propositions"],
-        out_path,
-        counts["parsed_strict"],
-        counts["repaired"],
-        counts["fallbacks"],
-        counts["items_dropped"],
+        *(counts["passages"], counts["propositions"], out_path, counts["parsed_strict"]),
+        *(counts["repaired"], counts["fallbacks"], counts["items_dropped"]),
     )
     return stats

@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from densex.metrics.propositions import content_words
 from densex.propositionizer.parse import ParseLimits, ParseResult, parse_propositions
 
 __all__ = [
@@ -21,6 +22,7 @@ __all__ = [
     "SentenceSplitter",
     "fallback_propositions",
     "resolve_output",
+    "supported",
 ]
 
 FALLBACK_MODES = ("sentences", "passage", "empty")
@@ -82,21 +84,37 @@ class Resolved:
     reason: str | None = None  # why: "unparseable" | "empty" | "rejected"
 
 
+def supported(propositions: list[str], text: str, title: str, min_shared: int) -> list[str]:
+    """The propositions sharing at least `min_shared` content words with `text` (the input
+    they were written for), the title's words left out: a degenerate output ("The Immune
+    system is a a a.", the title copied over and over) shares none."""
+    if min_shared <= 0:
+        return propositions
+    own = content_words(text) - content_words(title)
+    return [p for p in propositions if len(content_words(p) & own) >= min_shared]
+
+
 def resolve_output(
     raw: str | None,
     passage_text: str,
     fallback: str = "sentences",
     split: Callable[[str], list[str]] | None = None,
     limits: ParseLimits | None = None,
+    min_shared: int = 0,
+    title: str = "",
 ) -> Resolved:
-    """Parse `raw` (within `limits`); if nothing usable comes out, use the fallback (and say
-    why)."""
+    """Parse `raw` (within `limits`), keep the `supported` propositions (`min_shared` 0: all);
+    if nothing usable comes out, use the fallback (and say why: "unparseable", "empty",
+    "rejected" or "unsupported")."""
     if fallback not in FALLBACK_MODES:
         raise ValueError(f"unknown fallback {fallback!r}; expected one of {FALLBACK_MODES}")
     result = parse_propositions(raw, limits)
-    if result.ok and result.propositions:
-        return Resolved(result.propositions, result)
+    kept = supported(list(result.propositions), passage_text, title, min_shared)
+    if result.ok and kept:
+        return Resolved(kept, result)
     reason = "rejected" if result.rejected else "unparseable" if not result.ok else "empty"
+    if result.ok and result.propositions:
+        reason = "unsupported"
     return Resolved(fallback_propositions(passage_text, fallback, split), result, fallback, reason)
 
 

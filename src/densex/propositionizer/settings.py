@@ -60,6 +60,17 @@ class ModelSettings(PropositionizerSettings):
     # passage as marked, read-only context (-1: all of them; 0: none); a model trained with
     # data.context_sentences=k reads its inputs so
     context_sentences: int = 0
+    # drop a proposition that shares fewer than this many content words (title words left out)
+    # with the text it was written for (its sentence, per sentence): degenerate outputs that
+    # copy the title over and over; 0: keep every parsed proposition
+    min_shared_words: int = 0
+    # the copy student's greedy: source tokens drafted and verified per step (exact: the same
+    # tokens as one a step); null: copy_decode's default (8), 0: one token a step
+    lookahead: int | None = None
+    # torch | ctranslate2 (T5/Flan-T5 only: converted once into the cache, ct2.py)
+    runtime: str = "torch"
+    quantization: str = "auto"  # ctranslate2 compute type: auto = int8 on CPU, bf16 on GPU
+    max_batch_tokens: int = 8192  # ctranslate2 batches, in tokens
     shard_size: int = 256  # model inputs (passages, or sentences) per resumable shard
 
 

@@ -30,11 +30,14 @@ log = logging.getLogger(__name__)
 
 
 def aggregate_sweep(
-    sweep_dir: str | Path, wandb: dict[str, Any] | None = None, ks: Sequence[int] = (5, 20)
+    sweep_dir: str | Path,
+    wandb: dict[str, Any] | None = None,
+    ks: Sequence[int] | None = None,
 ) -> dict[str, Any]:
     """Write every table of a sweep dir; return what was written (paths, the table rows).
 
-    `ks` are Table 2's recall cut-offs (the paper's 5 and 20); `wandb` the `logger.wandb`
+    `ks` are Table 2's recall cut-offs (None: every cut-off the jobs computed, R@1 first; the
+    paper shows 5 and 20); `wandb` the `logger.wandb`
     settings as plain values (`pipelines.edge.wandb_settings`): the tables are logged to a W&B
     run too; None: no W&B.
     """
@@ -46,14 +49,14 @@ def aggregate_sweep(
     rows = load_results(paths)
     # cut-offs no job computed (e.g. topk=[1,5] and ks=[5,20]) are left out, not an error
     # (answer recall@k, or gold recall@k for a dataset without answer strings)
-    ks = [k for k in ks if any(f"recall@{k}" in r or f"gold_recall@{k}" in r for r in rows)] or [
-        int(m.split("@")[1]) for m in rows[0] if m.startswith(("recall@", "gold_recall@"))
-    ]
+    if ks is not None:
+        ks = [k for k in ks if any(f"recall@{k}" in r or f"gold_recall@{k}" in r for r in rows)]
+    ks = ks or None
     table = write_table2(rows, sweep_dir, ks)
     log.info("sweep %s: %d results rows", sweep_dir, len(rows))
     print_table2(table)
     full = table2_rows(rows, metrics=full_metrics(rows))
-    print_table2(full, title="All cut-offs: R@k, AR@l words (or nDCG@10, MRR@10, gR@k), %")
+    print_table2(full, title="Every cut-off: R@k, AR@l words (or nDCG@10, MRR@10, gR@k), %")
     written: dict[str, Any] = {"rows": rows, "table2": table, "table2_md": sweep_dir / "table2.md"}
 
     if any(k.startswith("em@") for row in rows for k in row):

@@ -1,12 +1,28 @@
-"""Order and display names shared by every report (Table 2, Table 3, the figures).
+"""The one vocabulary of every result file: order and display names shared by every writer
+(Table 2/3 Markdown and CSV, significance, win/loss, gold metrics, the figures, W&B).
 
 Paper order first (Chen et al. 2023, Tables 2-3), then our extra retrievers and datasets;
-anything unknown follows in order of first appearance.
+anything unknown follows in order of first appearance. Labels:
+
+- retrievers by the paper's spelling (`minilm` -> `MiniLM`, `tasb` -> `TAS-B`; others as
+  configured), datasets by `DATASET_LABEL` (others as configured: `demo`), granularities as
+  configured (`passage`, `sentence`, `proposition`) and the gain row `GAIN_LABEL`;
+- metrics (`metric_label`): results-row keys and per-question keys alike, `recall@5` and
+  `hit@5` -> `R@5`, `answer_recall@100` / `ar@100` -> `AR@100`, `em@100` -> `EM@100`,
+  `mrr@10` / `rr@10` -> `MRR@10`, `ndcg@10` -> `nDCG@10`, `gold_recall@5` -> `gR@5`;
+- a table column: `"{dataset label} {metric label}"` (`column_label`).
+
+Files keep the results-row keys only where they are data for programs (`results.jsonl`,
+`per_question.jsonl`); every table, CSV and W&B table or summary uses these labels.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Sequence
+from typing import Any
+
+from densex.utils.records import Record
 
 RETRIEVER_ORDER = ("simcse", "contriever", "dpr", "ance", "tasb", "gtr", "bm25", "minilm")
 GRANULARITY_ORDER = ("passage", "sentence", "proposition")
@@ -28,8 +44,85 @@ DISPLAY = {
     "eq": "EQ",
     "squad-open": "SQuAD-open",
 }
+RETRIEVER_LABEL = {r: DISPLAY[r] for r in RETRIEVER_ORDER}
 # the dataset part of column labels ("NQ R@5"); other datasets keep their config name
 DATASET_LABEL = {d: DISPLAY[d] for d in ("nq", "tqa", "webq", "squad", "eq", "squad-open")}
+
+GAIN = "gain"  # the table rows' key of the proposition - passage row
+GAIN_LABEL = "Δ prop − psg"  # how every file names that row (and the gain column)
+
+# results-row / per-question key prefix -> the label's prefix; `hit@k` (per question) is the
+# question's contribution to `recall@k`, `ar@l` to `answer_recall@l`, `rr@10` to `mrr@10`
+_METRIC_PREFIX = (
+    ("answer_recall@", "AR@"),
+    ("gold_recall@", "gR@"),
+    ("recall@", "R@"),
+    ("hit@", "R@"),
+    ("ar@", "AR@"),
+    ("em@", "EM@"),
+    ("mrr@", "MRR@"),
+    ("rr@", "MRR@"),
+    ("ndcg@", "nDCG@"),
+)
+METRIC_LABEL = re.compile(r"^(R|AR|gR|EM|MRR|nDCG)@\d+$")  # every label `metric_label` gives
+
+
+def metric_label(key: str) -> str:
+    """The label of a metric key (see the module doc); a key that is already a label, or is
+    no metric, is returned unchanged."""
+    key = str(key)
+    for prefix, label in _METRIC_PREFIX:
+        if key.startswith(prefix) and key[len(prefix) :].isdigit():
+            return label + key[len(prefix) :]
+    return key
+
+
+def retriever_label(key: Any) -> str:
+    """`minilm` -> `MiniLM` (the paper's spelling); an unknown retriever as configured."""
+    return RETRIEVER_LABEL.get(str(key), str(key))
+
+
+def dataset_label(key: Any) -> str:
+    """`squad-open` -> `SQuAD-open`; a dataset without a paper spelling as configured."""
+    return DATASET_LABEL.get(str(key), str(key))
+
+
+def granularity_label(key: Any) -> str:
+    """A granularity as configured; the gain row (`GAIN`) as `GAIN_LABEL`."""
+    return GAIN_LABEL if key == GAIN else str(key)
+
+
+def column_label(column: str) -> str:
+    """A table column `"{dataset} {metric}"` as shown: `"squad-open recall@5"` -> `"SQuAD-open
+    R@5"`; `Avg` columns keep `Avg`."""
+    dataset, _, metric = str(column).rpartition(" ")
+    if not dataset:
+        return metric_label(metric)
+    return f"{dataset if dataset == 'Avg' else dataset_label(dataset)} {metric_label(metric)}"
+
+
+LABELLERS = {
+    "retriever": retriever_label,
+    "dataset": dataset_label,
+    "granularity": granularity_label,
+    "a": granularity_label,
+    "b": granularity_label,
+    "metric": metric_label,
+}
+
+
+def labelled(row: Record) -> dict[str, Any]:
+    """A table or CSV row in the vocabulary: label fields (`LABELLERS`) mapped, metric columns
+    renamed by `column_label`, other fields (corpus, index, reader, numbers) unchanged."""
+    out: dict[str, Any] = {}
+    for key, value in row.items():
+        if key in LABELLERS:
+            out[key] = LABELLERS[key](value) if value is not None else value
+        elif " " in str(key) or "@" in str(key):
+            out[column_label(key)] = value
+        else:
+            out[key] = value
+    return out
 
 
 def ordered(values: Iterable[str], order: Sequence[str]) -> list[str]:
@@ -44,5 +137,6 @@ def order_index(value: str, order: Sequence[str]) -> int:
 
 
 def display_name(key: str) -> str:
-    """The paper's spelling of a retriever/dataset/granularity name ("tasb" -> "TAS-B")."""
-    return DISPLAY.get(key, key[:1].upper() + key[1:])
+    """A figure's legend/title spelling of a retriever, dataset or granularity (`tasb` ->
+    `TAS-B`, `squad-open` -> `SQuAD-open`, others as configured)."""
+    return DISPLAY.get(key, key)

@@ -1,23 +1,19 @@
-"""The paper's Table 2: passage recall@k by retriever x granularity x dataset.
-
-Layout (Chen et al. 2023, Table 2): one block of rows per retriever (passage, sentence,
-proposition), columns dataset x recall@{5,20} then the average over datasets; we add a row per
-retriever with the gain of propositions over passages. Values are percentages, as printed in
-the paper. Inputs are the `results.jsonl` rows that every evaluate job writes.
-"""
+"""The paper's Table 2: passage recall@k by retriever x granularity x dataset (Chen et al. 2023):
+a block of rows per retriever (passage, sentence, proposition, then our Δ prop − psg row),
+columns dataset x R@k then the average over datasets, in percent, from the `results.jsonl` rows
+every evaluate job writes."""
 
 from __future__ import annotations
 
 import csv
 import math
 import os
+import re
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from densex.report.naming import (
-    DATASET_LABEL,
-)
+from densex.report.naming import GAIN, column_label, labelled
 from densex.report.pivot import RESULT_FIELDS, cell_key, duplicate_cell, pivot_axes
 from densex.report.table2_metrics import (
     Metrics,
@@ -30,8 +26,6 @@ from densex.utils.io import DataError, atomic_open, read_jsonl
 from densex.utils.logging import render
 from densex.utils.slurm import read_failed_cells
 
-GAIN = "gain"  # the granularity label of the proposition - passage row
-
 # what else tells conditions apart: shown as row labels only when it varies within the rows
 CONDITION_FIELDS = ("corpus", "index")
 # what repeats of a cell may differ in without changing retrieval (they are averaged)
@@ -40,12 +34,19 @@ LABEL_FIELDS = ("retriever", *CONDITION_FIELDS, "granularity")
 
 
 def find_results(root: str | os.PathLike) -> list[Path]:
-    """Every job's `results.jsonl` under a sweep dir, in job-number order (numeric subdirs)."""
+    """Every job's `results.jsonl` under a sweep dir, in job-number order: cell folders are
+    named by the job number, alone (`0`) or before the cell's overrides
+    (`0_granularity=passage`, conf/evaluate.yaml's `hydra.sweep.subdir`), so `10_...` sorts
+    after `2_...`."""
 
     def key(p: Path) -> tuple:
-        return tuple(int(s) if s.isdigit() else math.inf for s in p.relative_to(root).parts[:-1])
+        parts = p.relative_to(root).parts[:-1]
+        return tuple(int(m[1]) if (m := _JOB_NUM.match(s)) else math.inf for s in parts)
 
     return sorted(Path(root).rglob("results.jsonl"), key=lambda p: (key(p), str(p)))
+
+
+_JOB_NUM = re.compile(r"^(\d+)(?:_|$)")
 
 
 def load_results(paths: Iterable[str | os.PathLike]) -> list[dict[str, Any]]:
@@ -94,23 +95,22 @@ def _per_dataset(
 
 def table2_rows(
     rows: Sequence[dict[str, Any]],
-    ks: Sequence[int] = (5, 20),
+    ks: Sequence[int] | None = None,
     metrics: Metrics | dict[str, Metrics] | None = None,
 ) -> list[dict[str, Any]]:
-    """Flat Table 2 rows: `retriever`, `granularity`, `{dataset} R@k` ..., `Avg R@k` (in %).
+    """Flat Table 2 rows: `retriever`, `granularity`, `{dataset} R@k` ..., `Avg R@k` (in %),
+    for the cut-offs `ks` (None: every cut-off all of a dataset's rows have).
 
     A cell is (corpus, index, retriever, granularity, dataset). Its repeats that differ only in
     budget or reader (a QA sweep re-evaluating the same retrieval) are averaged; two rows of
-    the same cell that agree on those too are a conflict (e.g. a sweep over a setting this
-    table does not show) and raise a DataError naming both jobs. `corpus` and `index` become
-    label columns (after `retriever`) only when they vary within the rows. The average is over
-    all datasets of the table and left empty (NaN) if a row misses one, as a partial average is
-    not comparable. After each block (retriever [x corpus x index]) comes a `gain` row:
-    proposition minus passage, in points. Rows carry recall in percent (as evaluate writes it).
-    `metrics` ((column label, row key) pairs for every dataset, or `{dataset: pairs}`; default
-    `table2_metrics`: `R@k` per k, gold metrics for a dataset without answer strings) gives
-    the columns, e.g. `("AR@100", "answer_recall@100")`. `Avg` columns are the metrics every
-    dataset has.
+    the same cell that agree on those too are a conflict (a sweep over a setting this table
+    does not show): a DataError naming both jobs. `corpus` and `index` become label columns
+    (after `retriever`) only when they vary. The average is over all datasets of the table,
+    NaN if a row misses one (a partial average is not comparable). After each block comes a
+    `naming.GAIN` row: proposition minus passage, in points. Keys are config names (`minilm`,
+    `demo R@5`); writers show them through `naming.labelled`. `metrics` ((column label, row
+    key) pairs for every dataset, or `{dataset: pairs}`; default `table2_metrics`) gives the
+    columns, e.g. `("AR@100", "answer_recall@100")`; `Avg` columns: those every dataset has.
     """
     per = _per_dataset(rows, ks, metrics)
     cells = _table2_cells(rows, per)
@@ -178,40 +178,52 @@ def mark_key(row: dict[str, Any], column: str) -> tuple:
     return (*(row.get(c) for c in LABEL_FIELDS), column)
 
 
-def table2_markdown(table: Sequence[dict[str, Any]], marks: dict[tuple, str] | None = None) -> str:
-    """GitHub Markdown: the block labels are printed once per block, gains are signed;
-    `marks[mark_key(row, column)]` (e.g. significance markers) follow a cell's value."""
-    marks = marks or {}
-    cols = display_columns(table)
+def _shown(
+    table: Sequence[dict[str, Any]], cols: Sequence[str], marks: dict[tuple, str]
+) -> tuple[list[str], list[tuple[bool, list[str]]]]:
+    """The header and the cells (first of its block?, texts) of a shown table, in the report
+    vocabulary: block labels once per block, gains signed, `marks` after the values."""
     block_cols = label_columns(table)[:-1]  # all but granularity
-    header = [c.capitalize() for c in block_cols] + ["Granularity"] + [_label(c) for c in cols]
-    lines = [
-        "| " + " | ".join(header) + " |",
-        "|" + "---|" * (len(block_cols) + 1) + "---:|" * len(cols),
-    ]
-    prev = None
+    header = (
+        [c.capitalize() for c in block_cols] + ["Granularity"] + [column_label(c) for c in cols]
+    )
+    out, prev = [], None
     for row in table:
-        gain = row["granularity"] == GAIN
-        names = [_fmt(row[c]) if _block(row) != prev else "" for c in block_cols]
+        gain, shown, first = row["granularity"] == GAIN, labelled(row), _block(row) != prev
+        names = [_fmt(shown[c]) if first else "" for c in block_cols]
         prev = _block(row)
-        gran = "Δ prop − psg" if gain else row["granularity"].capitalize()
         vals = [_fmt(row[c], gain) + marks.get(mark_key(row, c), "") for c in cols]
-        lines.append("| " + " | ".join([*names, gran, *vals]) + " |")
+        out.append((first, [*names, shown["granularity"], *vals]))
+    return header, out
+
+
+def table2_markdown(
+    table: Sequence[dict[str, Any]],
+    marks: dict[tuple, str] | None = None,
+    columns: Sequence[str] | None = None,
+) -> str:
+    """GitHub Markdown in the report vocabulary (`naming.labelled`): the block labels are
+    printed once per block, gains are signed; `marks[mark_key(row, column)]` (e.g.
+    significance markers) follow a cell's value; `columns` (default `display_columns`) the
+    metric columns to show."""
+    cols = list(columns) if columns is not None else display_columns(table)
+    header, rows = _shown(table, cols, marks or {})
+    n_labels = len(header) - len(cols)
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * n_labels + "---:|" * len(cols)]
+    lines += ["| " + " | ".join(cells) + " |" for _, cells in rows]
     return "\n".join(lines) + "\n"
 
 
-def _label(col: str) -> str:
-    dataset, metric = col.rsplit(" ", 1)
-    return f"{DATASET_LABEL.get(dataset, dataset)} {metric}"
-
-
 def _write_csv(path: Path, table: Sequence[dict[str, Any]]) -> None:
+    """The table in the report vocabulary (`naming.labelled`), floats to 4 decimals."""
     with atomic_open(path) as f:
-        fields = [*label_columns(table), *metric_columns(table)]
+        fields = list(labelled({c: None for c in (*label_columns(table), *metric_columns(table))}))
         writer = csv.DictWriter(f, fieldnames=fields, lineterminator="\n")
         writer.writeheader()
         for row in table:
-            writer.writerow({c: round(v, 4) if isinstance(v, float) else v for c, v in row.items()})
+            writer.writerow(
+                {c: round(v, 4) if isinstance(v, float) else v for c, v in labelled(row).items()}
+            )
 
 
 def missing_cells_markdown(sweep_dir: str | os.PathLike) -> str | None:
@@ -230,21 +242,24 @@ def missing_cells_markdown(sweep_dir: str | os.PathLike) -> str | None:
 def write_table2(
     rows: Sequence[dict[str, Any]],
     out_dir: str | os.PathLike,
-    ks: Sequence[int] = (5, 20),
+    ks: Sequence[int] | None = None,
     marks: dict[tuple, str] | None = None,
     notes: str | None = None,
 ) -> list[dict[str, Any]]:
     """Write `table2.md` and `table2.csv` into `out_dir` (atomically); return the table rows.
 
-    `table2.md` holds the paper's view (recall@`ks`, or a dataset's gold metrics where it has
-    no answer strings, as `table2_metrics` chooses and its first line says; `marks` appended
-    to its cells, see `table2_markdown`, and `notes` after it) and then every cut-off the jobs
-    computed with answer recall at 50/100/200/500 words (`AR@l`); that full table is also
-    `table2_full.csv`.
+    `table2.md` holds the paper's view at every cut-off `ks` (None: every cut-off the jobs
+    computed, R@1 first; a dataset's gold metrics where it has no answer strings, as
+    `table2_metrics` chooses and its first line says), then the answer recall within the
+    first l retrieved words (`AR@l`, l = 50/100/200/500 where computed), `marks` appended to
+    the cells of both (see `table2_markdown`) and `notes` (the decision rule and the tests)
+    after them. Every column of both tables is in `table2_full.csv`.
     """
     metrics = table2_metrics(rows, ks)
     table = table2_rows(rows, ks, metrics)
     full = table2_rows(rows, metrics=full_metrics(list(rows)))
+    shown = set(metric_columns(table))
+    extra = [c for c in display_columns(full) if c not in shown]
     out = Path(out_dir)
     with atomic_open(out / "table2.md") as f:
         f.write("Passage recall@k (%) by retriever and retrieval granularity (cf. Table 2). ")
@@ -253,14 +268,14 @@ def write_table2(
         missing = missing_cells_markdown(out)
         if missing:
             f.write("\n" + missing)
+        if extra:
+            f.write(
+                "\nAnswer recall within the first l retrieved words (AR@l, %: an answer string"
+                " in the first l words of the retrieved units, in rank order).\n\n"
+            )
+            f.write(table2_markdown(full, marks, extra))
         if notes:
             f.write("\n" + notes.rstrip("\n") + "\n")
-        f.write(
-            "\nAll cut-offs: passage recall@k (R@k, %) and answer recall within the first l"
-            " retrieved words (AR@l, %); nDCG@10, MRR@10, gold recall (gR@k) where a dataset"
-            " has no answer strings.\n\n"
-        )
-        f.write(table2_markdown(full))
     _write_csv(out / "table2.csv", table)
     _write_csv(out / "table2_full.csv", full)
     return table
@@ -269,28 +284,17 @@ def write_table2(
 def print_table2(
     table: Sequence[dict[str, Any]], title: str = "Table 2: passage recall@k (%)"
 ) -> None:
-    """A rich table on stdout, one section per retriever, at its natural width (no wrapping,
-    no escapes when stdout is a file)."""
+    """A rich table on stdout in the report vocabulary, one section per retriever, at its
+    natural width (no wrapping, no escapes when stdout is a file)."""
     from rich.table import Table
 
     cols = display_columns(table)
-    block_cols = label_columns(table)[:-1]
+    header, rows = _shown(table, cols, {})
     t = Table(title=title)
-    for c in block_cols:
-        t.add_column(c.capitalize())
-    t.add_column("Granularity")
-    for c in cols:
-        t.add_column(_label(c), justify="right")
-    prev = None
-    for row in table:
-        if prev is not None and _block(row) != prev:
+    for i, h in enumerate(header):
+        t.add_column(h, justify="right" if i >= len(header) - len(cols) else "left")
+    for i, (first, cells) in enumerate(rows):
+        if first and i:
             t.add_section()
-        gain = row["granularity"] == GAIN
-        names = [_fmt(row[c]) if _block(row) != prev else "" for c in block_cols]
-        prev = _block(row)
-        t.add_row(
-            *names,
-            "Δ prop − psg" if gain else row["granularity"],
-            *[_fmt(row[c], gain) for c in cols],
-        )
+        t.add_row(*cells)
     print(f"{title}\n{render(t)}", flush=True)

@@ -37,17 +37,21 @@ def datasets_of(rows: Sequence[dict[str, Any]]) -> dict[str, list[dict[str, Any]
     return by
 
 
-def table2_metrics(rows: Sequence[dict[str, Any]], ks: Sequence[int] = (5, 20)) -> dict[str, list]:
+def table2_metrics(
+    rows: Sequence[dict[str, Any]], ks: Sequence[int] | None = None
+) -> dict[str, list]:
     """`{dataset: [(label, row key), ...]}`: the metrics each dataset's cells have. A dataset
-    with answer strings (its rows carry `recall@k`) gets `R@k` for `ks`; one without (BEIR,
-    qrels only: no `recall@k` key in any row) gets `nDCG@10`, `MRR@10` and gold recall
-    `gR@k`, against its gold passages."""
+    with answer strings (its rows carry `recall@k`) gets `R@k` for `ks` (None: every cut-off
+    all its rows have, R@1 first); one without (BEIR, qrels only: no `recall@k` key in any
+    row) gets `nDCG@10`, `MRR@10` and gold recall `gR@k`, against its gold passages."""
     out: dict[str, list] = {}
     for d, drows in datasets_of(rows).items():
         if any(k.startswith("recall@") for r in drows for k in r):
-            out[d] = [(f"R@{k}", f"recall@{k}") for k in ks]
+            cut = _cutoffs(drows, "recall@") if ks is None else ks
+            out[d] = [(f"R@{k}", f"recall@{k}") for k in cut]
         else:
-            gold = [(f"gR@{k}", f"gold_recall@{k}") for k in ks]
+            cut = _cutoffs(drows, "gold_recall@") if ks is None else ks
+            gold = [(f"gR@{k}", f"gold_recall@{k}") for k in cut]
             out[d] = [*GOLD_METRICS, *[m for m in gold if any(m[1] in r for r in drows)]]
     return out
 

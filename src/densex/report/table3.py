@@ -14,9 +14,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from densex.report.naming import (
-    display_name,
-)
+from densex.report.naming import column_label, labelled, retriever_label
 from densex.report.pivot import RESULT_FIELDS, cell_key, duplicate_cell, pivot_axes
 from densex.utils.io import atomic_open
 from densex.utils.logging import get_logger
@@ -28,10 +26,6 @@ _EM = re.compile(r"^em@(\d+)$")
 # besides retriever x granularity x dataset, what tells cells apart; a label column (after the
 # retriever) only when it varies within the rows
 CONDITION_FIELDS = ("corpus", "index", "reader")
-
-
-def _name(key: str) -> str:
-    return display_name(key)
 
 
 def em_cells(rows: Iterable[Record]) -> dict[tuple, float]:
@@ -99,7 +93,7 @@ def _markdown(
     budgets = sorted({h.split("@")[1] for h in header[nl:]}, key=int)
     groups = [h.rsplit(" ", 1)[0] for h in header[nl:]][:: len(budgets)]
     labels = ["Retriever", *(h.capitalize() for h in header[1 : nl - 1]), "Granularity"]
-    top = labels + [f"{_name(g) if g != 'Avg' else 'Avg'} EM@{b}" for g in groups for b in budgets]
+    top = labels + [column_label(f"{g} EM@{b}") for g in groups for b in budgets]
     lines = [
         "| " + " | ".join(top) + " |",
         "|" + "|".join(["---"] * nl + ["---:"] * (len(top) - nl)) + "|",
@@ -114,8 +108,8 @@ def _markdown(
     prev = None
     for row in body:
         block = tuple(row[: nl - 1])
-        names = [_name(row[0]), *(str(v) for v in row[1 : nl - 1])]
-        cells = [*(names if block != prev else [""] * len(names)), _name(row[nl - 1])]
+        names = [retriever_label(row[0]), *(str(v) for v in row[1 : nl - 1])]
+        cells = [*(names if block != prev else [""] * len(names)), str(row[nl - 1])]
         prev = block
         for j, v in enumerate(row[nl:]):
             s = _fmt(v)
@@ -140,10 +134,11 @@ def write_table3(
     out = Path(out_dir)
     with atomic_open(out / "table3.csv") as f:
         w = csv.writer(f, lineterminator="\n")
-        w.writerow(header)
+        nl = _n_labels(header)
+        w.writerow([column_label(h) for h in header])  # the report vocabulary (naming)
         for row in body:
-            nl = _n_labels(header)
-            w.writerow(row[:nl] + ["" if v is None else f"{v:.4f}" for v in row[nl:]])
+            shown = list(labelled(dict(zip(header[:nl], row[:nl]))).values())
+            w.writerow(shown + ["" if v is None else f"{v:.4f}" for v in row[nl:]])
     md = out / "table3.md"
     with atomic_open(md) as f:
         f.write(

@@ -12,6 +12,7 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
+from densex.report.naming import labelled
 from densex.utils.secrets import redact_config, redact_text
 
 
@@ -84,12 +85,15 @@ def log_cell(
     recall_at_k: Sequence[float] = (),
     answer_recall: tuple[Sequence[int], Sequence[float]] | None = None,
 ) -> None:
-    """Log one evaluate job: metrics (summary), sample retrievals (table), the recall@k curve
+    """Log one evaluate job: metrics (history and summary, named in the report vocabulary:
+    `recall@5` as `R@5`, `naming.metric_label`), sample retrievals (table), the recall@k curve
     and the answer recall vs number of retrieved words (`(words, recall)`)."""
     import wandb
 
     metrics = {
-        k: v for k, v in row.items() if isinstance(v, (int, float)) and not isinstance(v, bool)
+        k: v
+        for k, v in labelled(row).items()
+        if isinstance(v, (int, float)) and not isinstance(v, bool)
     }
     run.log(metrics)
     run.summary.update(metrics)
@@ -112,13 +116,15 @@ def log_cell(
 
 
 def log_table(run, key: str, table: Sequence[dict[str, Any]]) -> None:
-    """Log a list of flat dict rows (e.g. Table 2) as a W&B table."""
+    """Log a list of flat dict rows (e.g. Table 2) as a W&B table, in the report vocabulary
+    (`naming.labelled`: the columns and labels of `table2.csv`)."""
     import wandb
 
     if not table:
         return
-    cols = list(table[0])
-    data = [[_round(r.get(c)) for c in cols] for r in table]
+    rows = [labelled(r) for r in table]
+    cols = list(rows[0])
+    data = [[_round(r.get(c)) for c in cols] for r in rows]
     run.log({key: wandb.Table(columns=cols, data=data)})
 
 

@@ -9,7 +9,9 @@ written back in file order.
 
 The stored directory is opened by `retrieval.embedding_store`; what each process encodes is
 `retrieval.encode_data`, and the Lightning module, shard writer and progress bar are
-`retrieval.encode_lightning`. This module binds a directory to one encoding, plans and resumes
+`retrieval.encode_lightning`; under late chunking (`retriever.late_chunking`) a shard's units
+are pooled from their passages' token states (`retrieval.late`, `retrieval.late_data`), into
+the same shards. This module binds a directory to one encoding, plans and resumes
 its shards, runs `Trainer.predict` and writes the manifest.
 """
 
@@ -35,6 +37,7 @@ from densex.retrieval.encode_lightning import (
     units_progress_bar,
 )
 from densex.retrieval.encoders import load_encoder
+from densex.retrieval.late_data import LateShardTexts
 from densex.retrieval.spec import RetrieverSpec
 from densex.utils.integrity import file_record, remove_orphans
 from densex.utils.io import DataError, read_json, write_json, write_manifest
@@ -212,7 +215,8 @@ def _encode_pending(
         sum(e - s for s, e in pending), len(pending), spec.name, n_done, torch.get_num_threads(),
     )  # fmt: skip
     encoder = load_encoder(spec, "doc")
-    texts = ShardTexts(units_path, spec, encoder, out)
+    # late chunking: a shard is read as its units' passages (`retrieval.late_data`)
+    texts = (LateShardTexts if spec.late_chunking else ShardTexts)(units_path, spec, encoder, out)
     writer = EmbeddingShardWriter(out, pending, texts, dtype)
     # encoding runs in the retriever's precision (part of the cache key), never the
     # trainer's: `trainer.precision=auto` must not turn cached fp32 vectors into bf16 ones

@@ -9,7 +9,9 @@ batches of `(row, text)` items tokenised in the loader, each shard claimed first
 A batch never spans two shards: a unit's vector depends on its batch (its padded length, the
 matmul shapes), so batches cut from the shard alone make every shard's bytes the same whatever
 the world size or which shards were already done (2 ranks or a resume equal 1 process byte for
-byte). Memory: one shard's texts, whatever the corpus size.
+byte). Memory: one shard's texts, whatever the corpus size. Late chunking
+(`retriever.late_chunking`) reads a shard as its units' passages instead
+(`retrieval.late_data.LateShardTexts`: the same `ids` / `batches` / `probe`).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from torch.utils.data import DataLoader, IterableDataset
 from densex.corpus.columnar import ArrowTable
 from densex.corpus.units import unit_tables
 from densex.retrieval.encoders import RetrieverSpec, TextEncoder, format_unit_texts
+from densex.retrieval.late import LateContext, tokenize_late
 from densex.utils.io import write_json
 from densex.utils.locks import claim_each
 from densex.utils.logging import get_logger
@@ -90,6 +93,17 @@ class ShardTexts:
             self._shard, self._texts, self._order = shard, texts, order
         return self._texts, self._order
 
+    def batches(self, shard: tuple[int, int], batch_size: int) -> Iterator[list[tuple[int, Any]]]:
+        """The shard's `(row, text)` items, longest first, in batches of `batch_size`."""
+        texts, order = self.get(shard)
+        for rows in batched(order, batch_size):
+            yield [(row, texts[row - shard[0]]) for row in rows]
+
+    def probe(self, shard: tuple[int, int]) -> list[tuple[int, Any]]:
+        """A batch of one item of `shard` whose row is negative (encoded, never written)."""
+        texts, order = self.get(shard)
+        return [(-1 - order[0], texts[order[0] - shard[0]])]
+
 
 def shard_claim(out: Path, shard: tuple[int, int]) -> Path:
     """The artifact a shard claim locks (`utils.locks`): the shard's `.npy`, written last."""
@@ -136,13 +150,9 @@ class ClaimedUnits(IterableDataset):
         ):
             claimed += 1
             log.info("encoding shard %s (%d units)", shard_stem(*shard), shard[1] - shard[0])
-            texts, order = self.texts.get(shard)
-            for rows in batched(order, self.batch_size):
-                yield [(row, texts[row - shard[0]]) for row in rows]
+            yield from self.texts.batches(shard, self.batch_size)
         if not claimed and (self.probe or self.shards):
-            shard = (self.probe or self.shards)[0]
-            texts, order = self.texts.get(shard)
-            yield [(-1 - order[0], texts[order[0] - shard[0]])]
+            yield self.texts.probe((self.probe or self.shards)[0])
 
 
 class _Collate:
@@ -151,7 +161,11 @@ class _Collate:
     def __init__(self, encoder: TextEncoder) -> None:
         self.encoder = encoder
 
-    def __call__(self, batch: list[tuple[int, Any]]) -> dict[str, Any]:
+    def __call__(self, batch: list[Any]) -> dict[str, Any]:
+        if batch and isinstance(batch[0], LateContext):  # late chunking: contexts of units
+            features = tokenize_late(self.encoder, batch, self.encoder.spec.late_overlap)
+            features["rows"] = torch.from_numpy(np.concatenate([c.rows for c in batch]))
+            return features
         rows = torch.tensor([r for r, _ in batch], dtype=torch.long)
         features = dict(self.encoder.tokenize([t for _, t in batch]))
         features["rows"] = rows

@@ -7,6 +7,10 @@ query and a document encoder (loaded lazily: a searcher only needs the query sid
 `type: hash` (`retrieval.hashing.HashEncoder`) has the same interface without a model;
 `load_encoder` gives either for one side. `retriever.runtime=onnx|openvino` runs the same forward
 exported to ONNX (`retrieval.runtimes`); tokenisation stays here, shared by every runtime.
+
+Why this module is long: `TextEncoder` holds one model's tokenizer, pooling and runtime
+(torch, exported, late chunking's token states) behind one `forward`; `DenseRetriever` and
+the title handling read those same fields.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ import torch
 from torch import nn
 
 from densex.retrieval.hashing import HashEncoder
+from densex.retrieval.late import LATE_INDEX, check_late, late_forward
 from densex.retrieval.runtimes import ExportedEncoder, exported_encoder
 from densex.retrieval.spec import RetrieverSpec
 from densex.utils.models import resolve_model
@@ -82,6 +87,8 @@ class TextEncoder(nn.Module):
         self.exported: ExportedEncoder | None = None
         if spec.runtime != "torch":
             self.exported = exported_encoder(self, path)
+        self.model_path, self.token_graph = path, None  # late chunking's, onnx/openvino
+        check_late(self)  # late chunking: the model can pool a span's tokens
 
     def tokenize(self, texts: Sequence[str] | Sequence[tuple[str, str]]) -> dict[str, Any]:
         """Pairs `(title, text)` truncate only the text, as DPR/pyserini encode passages."""
@@ -105,6 +112,8 @@ class TextEncoder(nn.Module):
         )
 
     def forward(self, features: Mapping[str, torch.Tensor]) -> torch.Tensor:
+        if LATE_INDEX in features:
+            return late_forward(self, features)
         if self.exported is not None:
             return self.exported(features)
         return self.torch_forward(features)
@@ -257,10 +266,12 @@ class DenseRetriever:
         )
 
     def encode_units(self, units: Sequence[Record], batch_size: int | None = None) -> np.ndarray:
-        """Unit dicts (title, text) -> float32 [n, dim]; in-process (Lightning: see encode.py)."""
-        return self._encode(
-            self.doc_encoder, format_units(self.spec, units), batch_size or self.spec.batch_size
-        )
+        """Unit dicts (title, text) -> float32 [n, dim]; in-process (Lightning: see encode.py).
+        Late chunking needs each unit's passage: a units file through `encode_units_to_dir`."""
+        if self.spec.late_chunking:
+            raise ValueError("retriever.late_chunking: encode a units file (encode_units_to_dir)")
+        texts = format_units(self.spec, units)
+        return self._encode(self.doc_encoder, texts, batch_size or self.spec.batch_size)
 
     @property
     def dim(self) -> int:
@@ -273,6 +284,7 @@ def _share(other: TextEncoder, max_length: int | None) -> TextEncoder:
     nn.Module.__init__(enc)
     enc.spec = other.spec
     enc.model, enc.tokenizer, enc.exported = other.model, other.tokenizer, other.exported
+    enc.model_path, enc.token_graph = other.model_path, other.token_graph
     enc.max_length = _resolve_max_length(enc, max_length)
     return enc
 

@@ -44,9 +44,13 @@ EXPORT_FORMAT = 1  # bump when the export itself changes (new keys for every exp
 MODEL_FILE_SUFFIXES = (".json", ".safetensors", ".bin", ".txt", ".model", ".pt")
 
 
-def exported_encoder(encoder: Any, path: str) -> ExportedEncoder:
+def exported_encoder(
+    encoder: Any, path: str, token_states: Callable[..., torch.Tensor] | None = None
+) -> ExportedEncoder:
     """`encoder`'s (a `TextEncoder`: `spec`, `tokenize`, `torch_forward`) forward exported once
-    per content key for its `spec.runtime`; `path` is its resolved model path."""
+    per content key for its `spec.runtime`; `path` is its resolved model path. With
+    `token_states` (features -> final token states: `retrieval.late`, late chunking pools
+    them) that function instead, keyed apart."""
     spec = encoder.spec
     texts = ["A short text.", "A longer text, with a few more words, so the batch pads."]
     sample = encoder.tokenize([("Title", t) for t in texts] if spec.title == "pair" else texts)
@@ -54,12 +58,15 @@ def exported_encoder(encoder: Any, path: str) -> ExportedEncoder:
         "model": model_fingerprint(path),
         **{k: getattr(spec, k) for k in ("backend", "pooling", "similarity")},
     }
+    forward = encoder.torch_forward
+    if token_states is not None:  # keys of the pooled graphs stay as they were
+        key["output"], forward = "token_states", token_states
     export_dir = spec.export_dir or str(
         Path(os.environ.get("DENSEX_CACHE_DIR") or ".cache") / "exports"
     )
     onnx_file = export_encoder(
-        encoder, encoder.torch_forward, sample, export_dir, f"{spec.name}-{Path(path).name}",
-        key, spec.quantize,
+        encoder, forward, sample, export_dir, f"{spec.name}-{Path(path).name}", key,
+        spec.quantize, per_token=token_states is not None,
     )  # fmt: skip
     names = [k for k in INPUT_NAMES if isinstance(sample.get(k), torch.Tensor)]
     precision = "bf16" if spec.precision == "bf16-mixed" else "f32"
@@ -90,11 +97,12 @@ def export_encoder(
     name: str,
     key_parts: dict[str, Any],
     quantize: str,
+    per_token: bool = False,
 ) -> Path:
     """The ONNX file of `forward` (features -> pooled embeddings; `module` holds its weights) for `quantize` ("none" |
     "int8"), exported once per content key (`key_parts` + versions) and reused after its
     files are verified; `sample` is a tokenised batch with padding (the traced shapes are
-    dynamic in batch and sequence)."""
+    dynamic in batch and sequence; with `per_token` the output's sequence axis too)."""
     import onnx
 
     names = [k for k in INPUT_NAMES if isinstance(sample.get(k), torch.Tensor)]
@@ -123,7 +131,7 @@ def export_encoder(
         shutil.rmtree(out, ignore_errors=True)
 
     def build(tmp: Path) -> None:
-        _export(module, forward, sample, names, tmp / "fp32.onnx")
+        _export(module, forward, sample, names, tmp / "fp32.onnx", per_token)
         if quantize == "int8":
             _quantize_int8(tmp / "fp32.onnx", tmp / file)
             (tmp / "fp32.onnx").unlink()
@@ -154,8 +162,10 @@ def _export(
     sample: Mapping[str, torch.Tensor],
     names: Sequence[str],
     path: Path,
+    per_token: bool = False,
 ) -> None:
-    """torch.onnx.export (TorchScript tracer) of `forward` with batch and sequence dynamic."""
+    """torch.onnx.export (TorchScript tracer) of `forward` with batch and sequence dynamic
+    (`per_token`: the output is per token, its sequence axis dynamic too)."""
 
     class Graph(torch.nn.Module):
         def __init__(self) -> None:
@@ -167,6 +177,7 @@ def _export(
 
     args = tuple(sample[k].cpu() for k in names)
     axes = {k: {0: "batch", 1: "sequence"} for k in names}
+    out_axes = {0: "batch", 1: "sequence"} if per_token else {0: "batch"}
     # the tracer's notes on Python conditions it records as constants (shape checks that hold
     # for every batch) and on opset details are not the user's business
     with torch.no_grad(), warnings.catch_warnings():
@@ -174,7 +185,7 @@ def _export(
         warnings.simplefilter("ignore", UserWarning)
         torch.onnx.export(
             Graph().eval(), args, str(path), input_names=list(names), output_names=["embedding"],
-            dynamic_axes={**axes, "embedding": {0: "batch"}}, opset_version=OPSET, dynamo=False,
+            dynamic_axes={**axes, "embedding": out_axes}, opset_version=OPSET, dynamo=False,
         )  # fmt: skip
 
 

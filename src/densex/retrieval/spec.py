@@ -33,6 +33,11 @@ HASH_UNUSED_KEYS = (
 # OpenVINO; int8 = onnxruntime's dynamic quantisation (weights int8, activations uint8)
 RUNTIMES = ("torch", "onnx", "openvino")
 QUANTIZE = ("none", "int8")
+# Late chunking (`retrieval.late`): the text each unit's token span is pooled in
+LATE_CONTEXTS = ("passage", "section")
+# Keys of late chunking: in the document-embedding key only when `late_chunking` is on, so the
+# keys (and cached embeddings) of every encoding from before late chunking stay where they were
+LATE_KEYS = ("late_chunking", "late_context", "late_overlap")
 
 
 @dataclass
@@ -65,6 +70,14 @@ class RetrieverSpec:
     quantize: str = "none"  # none | int8 (runtime onnx: onnxruntime dynamic int8)
     # where exports are cached; None = <paths.cache_dir>/exports (set by retrieval.build)
     export_dir: str | None = None
+    # late chunking (Gunther et al. 2024): a unit's vector is the mean of the final token states
+    # of its character span, its context encoded once (`late_context`: its passage, or its
+    # section: the consecutive passages with its title and section), in windows of max_length
+    # tokens sharing `late_overlap` tokens when longer (`retrieval.late`). Units must be spans
+    # of their passage (passage, sentence; not generated propositions)
+    late_chunking: bool = False
+    late_context: str = "passage"
+    late_overlap: int = 64
 
     def __post_init__(self) -> None:
         check_choices(
@@ -80,6 +93,7 @@ class RetrieverSpec:
             quantize=(self.quantize, QUANTIZE),
         )
         self._check_runtime()
+        self._check_late()
         if (self.backend == "sentence-transformers") != (self.pooling == "st"):
             raise ValueError(
                 f"retriever {self.name!r}: pooling 'st' goes with backend 'sentence-transformers'"
@@ -114,6 +128,26 @@ class RetrieverSpec:
                 f"precision {' or '.join(allowed[self.runtime])}, got {self.precision!r}"
             )
 
+    def _check_late(self) -> None:
+        """Late chunking mean-pools token spans: a dense model pooling by mean (`mean`, or `st`
+        whose Pooling module is mean: checked when the model loads), a valid context and
+        overlap."""
+        check_choices(f"retriever {self.name!r}", late_context=(self.late_context, LATE_CONTEXTS))
+        if not self.late_chunking:
+            return
+        where = f"retriever.late_chunking: retriever {self.name!r}"
+        if self.type != "dense":
+            raise ValueError(f"{where} has no token states (type {self.type}); use a dense one")
+        if self.pooling in ("cls", "pooler"):
+            raise ValueError(
+                f"{where} pools by {self.pooling} (one vector per input, from its first token): "
+                "a unit's span has no such token. Late chunking needs mean pooling (e.g. "
+                "retriever=minilm, contriever or gtr), or retriever.late_chunking=false"
+            )
+        overlap = self.late_overlap
+        if isinstance(overlap, bool) or not isinstance(overlap, int) or overlap < 0:
+            raise ValueError(f"retriever.late_overlap must be an int >= 0, got {overlap!r}")
+
     @classmethod
     def from_cfg(cls, cfg: ConfigNode) -> RetrieverSpec:
         """From a Hydra node or dict; unknown keys are an error (a typo must not be ignored)."""
@@ -136,6 +170,8 @@ class RetrieverSpec:
             drop += ("runtime", "quantize")
         if self.type == "hash":
             drop += HASH_UNUSED_KEYS
+        if not self.late_chunking:  # keys from before late chunking
+            drop += LATE_KEYS
         return {k: v for k, v in data.items() if k not in drop}
 
 

@@ -48,6 +48,9 @@ def cell_keys(cfg: DictConfig) -> dict[str, Any]:
         name = node.get("name") if isinstance(node, DictConfig) else None
         keys[group] = choices.get(group) or name or (node if isinstance(node, str) else None)
     keys["budget"] = cfg.get("budget")
+    retriever = cfg.get("retriever")
+    if isinstance(retriever, DictConfig) and retriever.get("late_chunking"):
+        keys["granularity"] = f"{keys['granularity']}-late"  # late chunking: a cell of its own
     return keys
 
 

@@ -111,16 +111,22 @@ def log_wandb(cfg: DictConfig, row, dpr_rows, units, results, curve) -> None:
 
 
 def run_name(row: dict[str, Any]) -> str:
-    """A run name unique within a sweep: retriever-granularity-dataset, then every other key
-    the job's command line sets (`budget=500`, `reader=tiny`, `corpus=...`) as `key=value`."""
+    """A run name unique within a sweep that says the cell's overrides, as its folder does:
+    retriever-granularity-dataset, then every other override of the job's command line as
+    `key=value` (`budget=500`, `reader=tiny`), but those the cell folders leave out
+    (`hydra.job.config.override_dirname.exclude_keys`, conf/hydra/evaluate.yaml: paths, the
+    experiment's name, logging) and `hydra.*`."""
     parts = [str(row.get(k)) for k in ("retriever", "granularity", "dataset")]
     shown = {"retriever", "granularity", "dataset"}
     try:
         from hydra.core.hydra_config import HydraConfig
 
-        overrides = list(HydraConfig.get().overrides.task) if HydraConfig.initialized() else []
+        hydra = HydraConfig.get() if HydraConfig.initialized() else None
     except (ImportError, ValueError):
-        overrides = []
+        hydra = None
+    overrides = list(hydra.overrides.task) if hydra is not None else []
+    if hydra is not None:
+        shown |= set(hydra.job.config.override_dirname.exclude_keys or [])
     for ov in overrides:
         key, _, value = ov.lstrip("+~").partition("=")
         if key in shown or key.startswith(("hydra.", "paths.")) or not value:

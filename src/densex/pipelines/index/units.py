@@ -38,8 +38,12 @@ def propositions_key(cfg: DictConfig, passages_path: Path) -> str:
     for rule in DECODING_RULES:  # keyed only when set: the keys of runs without them stay
         if settings.get(rule) is None:
             settings.pop(rule, None)
-    for name in ("per_sentence", "context_sentences"):  # likewise: keyed only when set
+    for name in ("per_sentence", "context_sentences", "min_shared_words"):  # keyed when set
         if not settings.get(name):
+            settings.pop(name, None)
+    settings.pop("lookahead", None)  # the same tokens, whatever its value
+    if settings.get("runtime", "torch") == "torch":  # keyed only for another runtime
+        for name in ("runtime", "quantization", "max_batch_tokens"):
             settings.pop(name, None)
     ptype = str(settings.get("type", "model"))
     content: dict[str, Any] = {}

@@ -3,6 +3,8 @@ access or model loading.
 
 Contract: `retriever_dim` (a retriever's embedding dimension and where it came from),
 `measured_units_per_second` (the throughput recorded in this cache's embeddings manifests),
+`measured_passages_per_second` (the proposition stage's, from its manifests or the speed
+benchmark's record),
 `machine` (RAM, free disk, GPUs, cores and queries of the machine to plan for: `plan.*` keys,
 defaulting to this one) and `cpu_flops` (a ~0.3 s float32 GEMM probe).
 """
@@ -107,6 +109,44 @@ def measured_units_per_second(cache_dir: str | os.PathLike, retriever: str) -> d
                 "path": str(manifest.parent),
             }
     return best
+
+
+SPEED_RECORD = ("benchmarks", "propositionizer_speed.json")  # benchmarks/propositionizer_speed.py
+
+
+def measured_passages_per_second(cache_dir: str | os.PathLike) -> dict | None:
+    """The proposition stage's rate on this machine: from this cache's generated propositions
+    manifests (the passages a model run generated / its `generation_seconds`; the run that
+    generated the most), else from the speed benchmark's record in the cache (its fastest
+    student path): `{passages_per_second, passages, source}`; None when neither exists."""
+    best = None
+    for manifest in Path(cache_dir, "propositions").glob("*/*/manifest.json"):
+        try:
+            m = json.loads(manifest.read_text())
+        except (OSError, json.JSONDecodeError):
+            continue
+        shards, seconds = m.get("shards") or {}, m.get("generation_seconds")
+        if not seconds or not m.get("passages") or not shards.get("generated"):
+            continue
+        n = m["passages"] * shards["generated"] / max(1, shards.get("total") or 1)
+        if best is None or n > best["passages"]:
+            decoding = (m.get("settings") or {}).get("decoding", "?")
+            source = f"{manifest.parent} ({decoding})"
+            best = {"passages_per_second": n / seconds, "passages": n, "source": source}
+    if best is not None:
+        return best
+    try:
+        record = json.loads(Path(cache_dir, *SPEED_RECORD).read_text())
+        fastest = record["best"]
+    except (OSError, json.JSONDecodeError, KeyError):
+        return None
+    n = next(iter(record.get("student", {}).values()), {}).get("n", 0)
+    source = f"{Path(cache_dir, *SPEED_RECORD)} (benchmark: {fastest['path']})"
+    return {
+        "passages_per_second": float(fastest["passages_per_s"]),
+        "passages": n,
+        "source": source,
+    }
 
 
 def _total_ram_gb() -> float:

@@ -20,6 +20,7 @@ from densex.pipelines.plan.counts import corpus_units, sampled_bytes_per_word
 from densex.pipelines.plan.machine import (
     cpu_flops,
     machine,
+    measured_passages_per_second,
     measured_units_per_second,
     retriever_dim,
 )
@@ -51,7 +52,9 @@ def plan(cfg: DictConfig | Mapping[str, Any]) -> list[dict[str, Any]]:
     FactoidWiki at the retriever's dimension, for the machine of `plan.*`; no network, nothing
     built. Keys: corpus, granularity, units, count_source, bytes_per_unit, dim, *_bytes sizes
     (units, emb_fp32/fp16, flat_fp32/fp16, ivfpq, ram_whole, ram_mmap, gpu_*, disk_total),
-    nlist, shards, gpus, encode_gpu_s, encode_here_s (when measured), search_*_s, fits."""
+    nlist, shards, gpus, encode_gpu_s, encode_here_s (when measured), search_*_s, fits, and
+    on proposition rows propositionize_here_s (the corpus's passages at the measured rate of
+    the proposition stage, `measured_passages_per_second`)."""
     retriever = dict(plain_data(cfg["retriever"]) or {})
     dim, _ = retriever_dim(retriever)
     cache_dir = str(cfg["paths"]["cache_dir"])
@@ -68,11 +71,19 @@ def plan(cfg: DictConfig | Mapping[str, Any]) -> list[dict[str, Any]]:
     if label != "factoid-wiki":
         rows += plan_rows("factoid-wiki", factoid_wiki_units(corpus), retriever, dim, box,
                           budget, measured, flops, nprobe)  # fmt: skip
+    propositions = measured_passages_per_second(cache_dir)
     for row in rows:
         row["machine"] = box
         row["memory_budget_gb"] = budget
         row["cpu_flops"] = flops
         row["measured"] = measured
+        row["propositions_measured"] = propositions
+    if propositions:
+        passages = {r["corpus"]: r["units"] for r in rows if r["granularity"] == "passage"}
+        for row in rows:
+            if row["granularity"] == "proposition" and row["corpus"] in passages:
+                rate = propositions["passages_per_second"]
+                row["propositionize_here_s"] = passages[row["corpus"]] / rate
     return rows
 
 

@@ -126,6 +126,7 @@ def notes(rows: list[dict[str, Any]]) -> list[str]:
         )
     else:
         out.append("encode here: no embeddings manifest of this retriever in paths.cache_dir")
+    out.append(_propositions_note(rows))
     if rows[0].get("dim"):
         out += [
             "disk = units + fp16 embedding shards + the Flat fp32 index; RAM whole = the fp32"
@@ -141,6 +142,26 @@ def notes(rows: list[dict[str, Any]]) -> list[str]:
             "IVF-PQ training needs >= 39*nlist vectors: set index.train_size accordingly",
         ]
     return out
+
+
+def _propositions_note(rows: list[dict[str, Any]]) -> str:
+    """The proposition stage's time at the measured rate, per corpus (100 nodes beside)."""
+    measured = rows[0].get("propositions_measured")
+    if not measured:
+        return (
+            "propositionize here: no rate measured (a generated propositions manifest or"
+            " benchmarks/propositionizer_speed.py's record in paths.cache_dir)"
+        )
+    times = [
+        f"{r['corpus']} {_dur(r['propositionize_here_s'])}"
+        f" ({_dur(r['propositionize_here_s'] / 100)} on 100 nodes)"
+        for r in rows
+        if r.get("propositionize_here_s") is not None
+    ]
+    return (
+        f"propositionize here: {measured['passages_per_second']:,.2f} passages/s measured"
+        f" ({measured['source']}): " + "; ".join(times)
+    )
 
 
 def print_plan(rows: list[dict[str, Any]], retriever: str, dim_source: str) -> str:

@@ -28,6 +28,8 @@ def check_retrieval_models(cfg: DictConfig, entry: str) -> dict[str, str]:
     found: dict[str, str] = {}
     r = cfg.retriever
     encodes = not (entry == "index" and cfg.get("stage") in ("units", "propositions"))
+    if encodes:
+        check_late_units(cfg)
     if encodes and str(r.get("type", "dense")) not in ("sparse", "hash"):  # no model
         for key in ("query_model", "doc_model"):
             name = r.get(key)
@@ -49,6 +51,27 @@ def check_retrieval_models(cfg: DictConfig, entry: str) -> dict[str, str]:
         )
         check_copy_student_rules(prop)
     return found
+
+
+def check_late_units(cfg: DictConfig) -> None:
+    """`retriever.late_chunking=true` pools each unit's span of its passage's tokens: a cell
+    whose units (its granularity, the members of a `mixed` or fused cell) include generated
+    propositions, which are no span of their passage, is a `PreflightError` naming the key."""
+    r = cfg.get("retriever")
+    if not (isinstance(r, DictConfig) and r.get("late_chunking")):
+        return
+    gran = cfg.get("granularity")
+    grans = list(gran.get("members") or [gran.get("name")]) if isinstance(gran, DictConfig) else []
+    fusion = cfg.get("fusion")
+    for m in (fusion.get("members") or []) if isinstance(fusion, DictConfig) else []:
+        grans.append((m.get("granularity") if m else None) or gran.get("name"))
+    if "proposition" in grans:
+        raise PreflightError(
+            "retriever.late_chunking=true: proposition units are generated text, not spans of "
+            "their passage, and late chunking pools a unit's span of its passage's token states."
+            " Fix: retriever.late_chunking=false for granularity=proposition, or "
+            "granularity=sentence (or passage) with late chunking"
+        )
 
 
 def check_copy_student_rules(prop: DictConfig) -> None:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from densex.pipelines.schemas import register_configs
 
@@ -54,17 +54,31 @@ def split_granularities(overrides: Sequence[str]) -> tuple[list[str] | None, lis
     return grans, rest
 
 
+def sweep_granularities(hydra_cfg: DictConfig | None) -> list[str] | None:
+    """The granularities a config's sweep lists (`hydra.sweeper.params.granularity`, e.g.
+    `experiment=demo`'s), given the `hydra` node; None when it lists none."""
+    params = OmegaConf.select(hydra_cfg, "sweeper.params") if hydra_cfg is not None else None
+    value = params.get("granularity") if params else None
+    return split_granularities([f"granularity={value}"])[0] if value else None
+
+
 def compose_configs(overrides: Sequence[str], config_name: str = CONFIG_NAME) -> list[DictConfig]:
-    """One composed config per requested granularity (the config's default when none is named),
-    in the order given."""
+    """One composed config per requested granularity (without a `granularity=` override: those
+    of the experiment's sweep, else the config's default), in the order given."""
     grans, rest = split_granularities(overrides)
-    sets = [[*rest, f"granularity={g}"] for g in grans] if grans else [rest]
     os.environ.setdefault("PROJECT_ROOT", str(REPO_ROOT))
     register_configs()
     if GlobalHydra.instance().is_initialized():  # inside a Hydra app (serve.py)
-        return [compose(config_name, overrides=o) for o in sets]
+        return _compose_all(config_name, grans, rest)
     with initialize_config_dir(version_base="1.3", config_dir=str(conf_dir())):
-        return [compose(config_name, overrides=o) for o in sets]
+        return _compose_all(config_name, grans, rest)
+
+
+def _compose_all(name: str, grans: list[str] | None, rest: list[str]) -> list[DictConfig]:
+    if grans is None:
+        grans = sweep_granularities(compose(name, overrides=rest, return_hydra_config=True).hydra)
+    sets = [[*rest, f"granularity={g}"] for g in grans] if grans else [rest]
+    return [compose(name, overrides=o) for o in sets]
 
 
 def granularity_argv(argv: list[str]) -> list[str]:

@@ -7,29 +7,39 @@ builds the units, embeddings and index when they are missing and reuses them oth
 returns an `IndexSet` (granularity -> `GranularityIndex`). `GranularityIndex.search(queries,
 k)` returns, per query, the top-k passages by max over their units (the search `evaluate.py`
 runs: same passages, same scores) as `Hit`s, each with the passage's best-scoring fetched
-units (`Unit`: id, text, score, character span in the passage). Opening maps the units and
-passages tables (12 bytes per unit are read: `passage_row`, `words`); text is read only for
-the passages and units a search returns. A query that is one of the dataset's questions gets
-its answers from `IndexSet.answers` (the dataset is read on first use). Granularities opened
-with the same retriever share one query encoder (`retrieval.build.share_query_encoders`); no
-units file is read to find its embeddings (`corpus.units_digest`).
+units (`Unit`: id, text, score, character span in the passage: `spans.unit_span`). A `k`
+above the corpus's passage count is a ValueError saying so (a search returns unique
+passages, so it could only return fewer). Opening maps the units and passages tables (12
+bytes per unit are read: `passage_row`, `words`); text is read only for the passages and
+units a search returns. Without a `granularity=` override, an experiment that sweeps
+granularities (`experiment=demo`) opens them all (`compose.compose_configs`).
+
+The benchmark questions are the configured `dataset`, which by default follows the corpus
+(`conf/serve.yaml`: `dataset=<corpus name>` where such a dataset exists, none otherwise): a
+query that is one of them gets its answers from `IndexSet.answers` (the dataset is read on
+first use), `IndexSet.examples(n)` gives some to try, and `IndexSet.question_problem()` says
+in one line why answers cannot be highlighted (no dataset; or a dataset that is not the
+corpus's own and none of whose `PROBE_QUESTIONS` questions finds an answer in its top
+`PROBE_K` passages), else None.
+Granularities opened with the same retriever share one query encoder
+(`retrieval.build.share_query_encoders`); no units file is read to find its embeddings
+(`corpus.units_digest`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
-from typing import Any
 
 import numpy as np
 from omegaconf import DictConfig
 
+from densex.metrics.answers import has_answer
 from densex.pipelines.edge import cache_spec
 from densex.pipelines.evaluate.cell import Cell, load_questions, open_cell
 from densex.pipelines.evaluate.fusion import fused_retrieval, is_rrf
 from densex.pipelines.preflight.run import preflight
 from densex.pipelines.search.compose import compose_configs
-from densex.pipelines.search.spans import unit_span
+from densex.pipelines.search.hits import Hit, hits_of
 from densex.retrieval.build import share_query_encoders
 from densex.retrieval.search import retrieve_passages
 from densex.utils.integrity import configure as configure_cache
@@ -37,35 +47,8 @@ from densex.utils.io import DataError
 from densex.utils.logging import get_logger
 
 log = get_logger(__name__)
-
-
-@dataclass
-class Unit:
-    """A retrieved unit of a passage: its score and `span`, the characters `[start, end)` of
-    the passage text it matches (None when no word matches)."""
-
-    id: str
-    text: str
-    score: float
-    span: tuple[int, int] | None
-
-
-@dataclass
-class Hit:
-    """A ranked passage: its score is the max over its units (`units`, best first)."""
-
-    id: str
-    title: str
-    text: str
-    score: float
-    units: list[Unit] = field(default_factory=list)
-
-    def to_dict(self) -> dict[str, Any]:
-        """The JSON object the service returns (`span` as `[start, end]` or null)."""
-        d = asdict(self)
-        for u in d["units"]:
-            u["span"] = list(u["span"]) if u["span"] is not None else None
-        return d
+# `question_problem`: how many of the dataset's first questions are tried, at what depth
+PROBE_QUESTIONS, PROBE_K = 20, 20
 
 
 class GranularityIndex:
@@ -80,12 +63,25 @@ class GranularityIndex:
     def __len__(self) -> int:
         return len(self.cell.units)
 
+    @property
+    def n_passages(self) -> int:
+        """The corpus's passages: the most a search can return."""
+        return len(self.cell.passages)
+
+    def check_k(self, k: int) -> None:
+        """ValueError unless 1 <= `k` <= the corpus's passages (the message names both)."""
+        if k < 1:
+            raise ValueError(f"k must be >= 1, got {k}")
+        if k > self.n_passages:
+            raise ValueError(f"k={k} is more than the {self.n_passages} passages of "
+                             f"corpus={self.cfg.corpus.name}; ask for k <= {self.n_passages}")  # fmt: skip
+
     def search(
         self, queries: Sequence[str], k: int = 5, units_per_passage: int = 3
     ) -> list[list[Hit]]:
-        """Per query, the top-`k` passages with up to `units_per_passage` of their units."""
-        if k < 1:
-            raise ValueError(f"k must be >= 1, got {k}")
+        """Per query, the top-`k` passages with up to `units_per_passage` of their units
+        (ValueError for a `k` outside 1..the corpus's passages)."""
+        self.check_k(k)
         queries = [str(q) for q in queries]
         if not queries:
             return []
@@ -97,36 +93,7 @@ class GranularityIndex:
             results = retrieve_passages(
                 cell.searcher, queries, rows, k, n_start=k * self._ratio + 1
             )
-        return self._hits(results, units_per_passage)
-
-    def _hits(self, results: Sequence[Any], per_passage: int) -> list[list[Hit]]:
-        """`Hit`s from `retrieve_passages` results, reading text for the returned rows only."""
-        cell = self.cell
-        chosen: list[list[tuple[int, np.ndarray]]] = []
-        for r in results:
-            of_unit = cell.unit_passage_rows[r.unit_rows]
-            chosen.append([(int(p), np.flatnonzero(of_unit == p)[:per_passage])
-                           for p in r.passage_rows.tolist()])  # fmt: skip
-        p_rows = np.unique([p for c in chosen for p, _ in c]).astype(np.int64)
-        u_rows = np.unique(np.concatenate(
-            [r.unit_rows[sel] for r, c in zip(results, chosen) for _, sel in c] or [[]]
-        )).astype(np.int64)  # fmt: skip
-        passages = {c: dict(zip(p_rows.tolist(), cell.passages.take(c, p_rows)))
-                    for c in ("id", "title", "text")}  # fmt: skip
-        units = {c: dict(zip(u_rows.tolist(), cell.units.take(c, u_rows))) for c in ("id", "text")}
-        out = []
-        for r, c in zip(results, chosen):
-            hits = []
-            for (p, sel), score in zip(c, r.passage_scores.tolist()):
-                text = passages["text"][p] or ""
-                hit_units = [
-                    Unit(units["id"][u], units["text"][u], float(s), unit_span(units["text"][u], text))
-                    for u, s in zip(r.unit_rows[sel].tolist(), r.unit_scores[sel].tolist())
-                ]  # fmt: skip
-                hits.append(Hit(passages["id"][p], passages["title"][p] or "", text, float(score),
-                                hit_units))  # fmt: skip
-            out.append(hits)
-        return out
+        return hits_of(cell, results, units_per_passage)
 
 
 class IndexSet(Mapping[str, GranularityIndex]):
@@ -151,28 +118,59 @@ class IndexSet(Mapping[str, GranularityIndex]):
     def __len__(self) -> int:
         return len(self._indexes)
 
+    @property
+    def corpus(self) -> str:
+        """The corpus's config name (`corpus=`)."""
+        return str(self.cfg.corpus.name)
+
+    @property
+    def dataset(self) -> str | None:
+        """The benchmark questions' config name (`dataset=`), None when none is configured."""
+        node = self.cfg.get("dataset")
+        return str(node.name) if node is not None else None
+
+    @property
+    def n_passages(self) -> int:
+        """The corpus's passages (every granularity holds the same): the largest `k`."""
+        return next(iter(self.values())).n_passages
+
+    def granularity(self, granularity: str | None = None) -> str:
+        """`granularity`, or the one opened when it is None (several opened: a ValueError
+        naming them, since any choice would be a silent one)."""
+        if granularity is not None:
+            return self[granularity].granularity
+        if len(self) > 1:
+            raise ValueError(f"{len(self)} granularities are open ({', '.join(self)}): name one, "
+                             f"e.g. granularity={next(iter(self))!r}")  # fmt: skip
+        return next(iter(self))
+
     def search(
         self, queries: Sequence[str], k: int = 5, granularity: str | None = None,
         units_per_passage: int = 3,
     ) -> list[list[Hit]]:  # fmt: skip
-        """`GranularityIndex.search` of `granularity` (None: the first opened)."""
-        index = self[granularity] if granularity is not None else next(iter(self.values()))
-        return index.search(queries, k, units_per_passage)
+        """`GranularityIndex.search` of `granularity` (None: the only one opened)."""
+        return self[self.granularity(granularity)].search(queries, k, units_per_passage)
 
-    def compare(self, queries: Sequence[str], k: int = 5) -> dict[str, list[list[Hit]]]:
-        """The same queries at every opened granularity, side by side."""
-        return {g: index.search(queries, k) for g, index in self.items()}
+    def compare(
+        self, queries: Sequence[str], k: int = 5, granularities: Sequence[str] | None = None,
+        units_per_passage: int = 3,
+    ) -> dict[str, list[list[Hit]]]:  # fmt: skip
+        """The same queries at each of `granularities` (None: every opened one), side by side."""
+        names = list(granularities) if granularities is not None else list(self)
+        return {g: self[g].search(queries, k, units_per_passage) for g in names}
 
     @property
     def questions(self) -> dict[str, dict]:
-        """The dataset's questions by id (`{}` when the dataset cannot be read: logged)."""
+        """The dataset's questions by id (`{}` without a dataset, or when it cannot be read:
+        logged)."""
         if self._questions is None:
             self._questions = {}
-            try:
-                rows, _ = load_questions(self.cfg)
-            except (DataError, OSError, ValueError) as e:
-                log.warning("no benchmark questions to highlight answers with: %s", e)
-                rows = []
+            rows: list[dict] = []
+            if self.dataset is not None:
+                try:
+                    rows, _ = load_questions(self.cfg)
+                except (DataError, OSError, ValueError) as e:
+                    log.warning("no benchmark questions to highlight answers with: %s", e)
             for q in rows:
                 self._questions[str(q.get("id"))] = q
                 self._by_text.setdefault(_normal(q["question"]), q)
@@ -183,6 +181,46 @@ class IndexSet(Mapping[str, GranularityIndex]):
         _ = self.questions
         q = self._by_text.get(_normal(query))
         return [str(a) for a in q.get("answers") or []] if q else None
+
+    def first_answer_rank(self, hits: Sequence[Hit], answers: Sequence[str]) -> int | None:
+        """The rank (1-based) of the first of `hits` whose passage holds one of `answers`, by
+        the dataset's match rule (DPR's has_answer, as `evaluate.py` counts recall); None when
+        none does."""
+        if not answers:
+            return None
+        match = str(self.cfg.dataset.get("match", "string")) if self.dataset else "string"
+        for rank, h in enumerate(hits, start=1):
+            if has_answer(answers, h.text, match):
+                return rank
+        return None
+
+    def examples(self, n: int = 5) -> list[dict]:
+        """`n` of the dataset's questions that have answers, spread evenly over it."""
+        rows = [q for q in self.questions.values() if q.get("answers")]
+        return [rows[i * len(rows) // n] for i in range(min(n, len(rows)))]
+
+    def question_problem(self) -> str | None:
+        """One line saying why no benchmark question can get its answers highlighted, or None
+        (see the module doc; the probe is one search of `PROBE_QUESTIONS` questions)."""
+        fix = f"dataset=NAME names the benchmark whose questions corpus={self.corpus} answers"
+        if self.dataset is None:
+            return (f"no benchmark questions: no dataset is named {self.corpus!r} like the corpus, "
+                    f"so no answer is highlighted; {fix}")  # fmt: skip
+        if self.dataset == self.corpus or not self.questions:
+            return None  # the corpus's own questions (or a read error, logged)
+        probe = self.examples(PROBE_QUESTIONS)
+        if not probe:
+            return None  # answerless queries (e.g. BEIR): nothing to highlight anyway
+        k = min(PROBE_K, self.n_passages)
+        g = next(iter(self))
+        found = self.compare([q["question"] for q in probe], k, [g], 1)[g]
+        if any(self.first_answer_rank(hits, q["answers"]) for q, hits in zip(probe, found)):
+            return None
+        return (
+            f"dataset={self.dataset} does not match corpus={self.corpus}: none of "
+            f"{len(probe)} of its questions finds an answer in its top {k} passages, so "
+            f"answers will rarely be highlighted; {fix}"
+        )
 
 
 def _normal(text: str) -> str:

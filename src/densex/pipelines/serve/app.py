@@ -4,11 +4,19 @@ Contract: `create_app(indexes, spec, sweep=None)` serves an opened `IndexSet`:
 - `GET /search?q=&k=&granularity=` -> `{"query", "granularity", "k", "results": [hit]}` and
   `POST /search` (`{"queries": [...], "k", "granularity"}`) -> `{"granularity", "k",
   "queries": [{"query", "results": [hit]}]}`, each hit `{"id", "title", "text", "score",
-  "units": [{"id", "text", "score", "span"}]}`; every query goes through one `MicroBatcher`;
-- `GET /healthz` -> status, what is served, the batcher's counts;
-- `GET /` the explorer (`?q=&k=`: one column per granularity), `GET /sweep` the sweep browser
-  (`?found=&missed=&k=&answer_type=&length=`), `GET /sweep/question/{id}` one question side by
-  side, `GET /sweep/plot.png`.
+  "units": [{"id", "text", "score", "span"}]}`; `granularity` may name several (a list, a
+  comma list, or `all`): `granularity` is then that list and `results` an object of hit
+  lists by granularity. `k` is at most the corpus's passages (else 400). Every query goes
+  through one `MicroBatcher`;
+- `GET /healthz` -> status, what is served (corpus, dataset, per granularity), the batcher's
+  counts; `GET /openapi.json` the OpenAPI schema and `GET /docs` a self-contained page of it
+  (no script or asset from elsewhere: it works offline);
+- `GET /` the explorer: a landing page naming the corpus, retriever(s) and benchmark dataset
+  with example questions (or the one-line reason answers cannot be highlighted); `?q=&k=`:
+  Table 4 (each granularity's top unit, its own text beside its span in the passage), the
+  first answer rank per granularity, and one column per granularity; `GET /sweep` the sweep
+  browser (`?found=&missed=&k=&answer_type=&length=`), `GET /sweep/question/{id}` one
+  question side by side, `GET /sweep/plot.png`.
 Every client error is a 4xx JSON `{"error": reason}` (one line; HTML pages show it in place);
 an unexpected failure is logged and answered 500 without a traceback.
 """
@@ -20,15 +28,15 @@ import dataclasses
 from contextlib import asynccontextmanager
 from typing import Any
 
-from fastapi import FastAPI, Request
+from fastapi import FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, HTMLResponse, JSONResponse
 from starlette.exceptions import HTTPException
 
-from densex.pipelines.search.index import IndexSet
+from densex.pipelines.search.index import Hit, IndexSet
 from densex.pipelines.serve.batcher import MicroBatcher
 from densex.pipelines.serve.pages import markdown_table, render
-from densex.pipelines.serve.requests import BadRequest, parse_get, parse_post
+from densex.pipelines.serve.requests import BadRequest, SearchRequest, parse_get, parse_post
 from densex.pipelines.serve.sweep_data import SweepData
 from densex.pipelines.specs import ServeSpec
 from densex.utils.logging import get_logger
@@ -39,7 +47,6 @@ SHOWN_QUESTIONS = 200  # rows of the sweep browser's question list
 
 def create_app(indexes: IndexSet, spec: ServeSpec, sweep: SweepData | None = None) -> FastAPI:
     """The app over `indexes` (see the module doc)."""
-    grans = list(indexes)
     batcher = MicroBatcher(
         lambda g, qs, k: indexes[g].search(qs, k, spec.units_per_passage),
         spec.batch_max_queries,
@@ -51,17 +58,40 @@ def create_app(indexes: IndexSet, spec: ServeSpec, sweep: SweepData | None = Non
         yield
         batcher.close()
 
-    app = FastAPI(title="densex search", lifespan=lifespan, docs_url=None, redoc_url=None)
+    app = FastAPI(title="densex search", description=API_DESCRIPTION, lifespan=lifespan,
+                  docs_url=None, redoc_url=None)  # fmt: skip
     app.state.batcher, app.state.indexes, app.state.spec, app.state.sweep = (
         batcher,
         indexes,
         spec,
         sweep,
     )
+    app.state.question_problem = indexes.question_problem()
     _error_handlers(app)
-    _json_routes(app, indexes, spec, batcher, grans)
+    _json_routes(app, indexes, spec, batcher)
     _page_routes(app, indexes, spec, batcher, sweep)
     return app
+
+
+API_DESCRIPTION = (
+    "Dense retrieval over passages, sentences or propositions: a passage's score is the best "
+    "score of its units. Scores are raw similarities of each granularity's own index: they "
+    "rank passages within a granularity and are not comparable across granularities."
+)
+
+
+async def _search(batcher: MicroBatcher, req: SearchRequest) -> list[dict[str, list[Hit]]]:
+    """Per query, `{granularity: hits}` for each requested granularity (one batch each)."""
+    found = await asyncio.gather(
+        *(batcher.submit(g, req.queries, req.k) for g in req.granularities)
+    )
+    return [{g: hits[i] for g, hits in zip(req.granularities, found)} for i in range(len(req.queries))]  # fmt: skip
+
+
+def _results(req: SearchRequest, per_granularity: dict[str, list[Hit]]) -> Any:
+    """One query's JSON results: a hit list, or hit lists by granularity when several."""
+    as_json = {g: [h.to_dict() for h in hits] for g, hits in per_granularity.items()}
+    return as_json if req.several else as_json[req.granularities[0]]
 
 
 def _error_handlers(app: FastAPI) -> None:
@@ -85,34 +115,89 @@ def _error_handlers(app: FastAPI) -> None:
         return JSONResponse({"error": f"internal error ({type(e).__name__})"}, status_code=500)
 
 
-def _json_routes(
-    app: FastAPI, indexes: IndexSet, spec: ServeSpec, batcher: MicroBatcher, grans: list[str]
-) -> None:
-    @app.get("/healthz")
+GET_PARAMS = {
+    "q": "the query (required)",
+    "k": "passages to return: 1..serve.max_k and at most the corpus's passages (default "
+    "serve.default_k)",
+    "granularity": "a served granularity, several comma-separated, or all (default: the "
+    "first served); several give `results` as an object by granularity",
+}
+POST_BODY = {"required": True, "content": {"application/json": {"schema": {
+    "type": "object",
+    "properties": {
+        "queries": {"type": "array", "items": {"type": "string"}, "description": "the queries"},
+        "query": {"type": "string", "description": "one query (instead of queries)"},
+        "k": {"type": "integer", "minimum": 1, "description": GET_PARAMS["k"]},
+        "granularity": {"oneOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}}],
+                        "description": GET_PARAMS["granularity"]},
+    },
+    "example": {"queries": ["Who owned the last ropewalk?"], "k": 3,
+                "granularity": ["passage", "proposition"]},
+}}}}  # fmt: skip
+
+
+def _json_routes(app: FastAPI, indexes: IndexSet, spec: ServeSpec, batcher: MicroBatcher) -> None:
+    grans, n_passages = list(indexes), indexes.n_passages
+
+    @app.get("/healthz", summary="What is served, and the batcher's counts")
     async def healthz() -> dict[str, Any]:
         served = {g: {"retriever": i.retriever, "units": len(i), "passages": len(i.cell.passages)}
                   for g, i in indexes.items()}  # fmt: skip
         stats = dataclasses.asdict(batcher.stats)
         stats["sizes"] = {str(n): c for n, c in sorted(stats["sizes"].items())}
-        return {"status": "ok", "granularities": served, "batching": stats}
+        return {"status": "ok", "corpus": indexes.corpus, "dataset": indexes.dataset,
+                "granularities": served, "batching": stats}  # fmt: skip
 
-    @app.get("/search")
-    async def search_get(request: Request) -> dict[str, Any]:
-        req = parse_get(request.query_params, spec, grans)
-        (hits,) = await batcher.submit(req.granularity, req.queries, req.k)
-        return {"query": req.queries[0], "granularity": req.granularity, "k": req.k,
-                "results": [h.to_dict() for h in hits]}  # fmt: skip
+    @app.get("/search", summary="Search one query",
+             description="-> {query, granularity, k, results: [{id, title, text, score, units: "
+                         "[{id, text, score, span}]}]}; a bad request is a 4xx {error}.")  # fmt: skip
+    async def search_get(
+        request: Request,
+        q: str | None = Query(None, description=GET_PARAMS["q"]),
+        k: str | None = Query(None, description=GET_PARAMS["k"]),
+        granularity: str | None = Query(None, description=GET_PARAMS["granularity"]),
+    ) -> dict[str, Any]:
+        req = parse_get(request.query_params, spec, grans, n_passages)
+        (found,) = await _search(batcher, req)
+        named = req.granularities if req.several else req.granularities[0]
+        return {"query": req.queries[0], "granularity": named, "k": req.k,
+                "results": _results(req, found)}  # fmt: skip
 
-    @app.post("/search")
+    @app.post("/search", summary="Search a batch of queries", openapi_extra={"requestBody": POST_BODY},
+              description="-> {granularity, k, queries: [{query, results}]}, results as for "
+                          "GET /search; a bad request is a 4xx {error}.")  # fmt: skip
     async def search_post(request: Request) -> dict[str, Any]:
         size = request.headers.get("content-length")
         if size and size.isdigit() and int(size) > spec.max_body_bytes:
             raise BadRequest(413, f"body is {size} bytes; the limit is {spec.max_body_bytes}")
-        req = parse_post(await request.body(), spec, grans)
-        results = await batcher.submit(req.granularity, req.queries, req.k)
-        return {"granularity": req.granularity, "k": req.k, "queries": [
-            {"query": q, "results": [h.to_dict() for h in hits]} for q, hits in zip(req.queries, results)
+        req = parse_post(await request.body(), spec, grans, n_passages)
+        found = await _search(batcher, req)
+        named = req.granularities if req.several else req.granularities[0]
+        return {"granularity": named, "k": req.k, "queries": [
+            {"query": q, "results": _results(req, f)} for q, f in zip(req.queries, found)
         ]}  # fmt: skip
+
+    @app.get("/docs", response_class=HTMLResponse, include_in_schema=False)
+    async def docs() -> HTMLResponse:
+        example = (indexes.examples(1) or [{"question": "Who owned the last ropewalk?"}])[0]
+        return HTMLResponse(render("docs.html", api=app.openapi(), example=example["question"],
+                                   granularities=grans))  # fmt: skip
+
+
+EXAMPLES = 5  # benchmark questions offered on the landing page
+
+
+def _page_context(indexes: IndexSet, spec: ServeSpec, sweep: SweepData | None,
+                  problem: str | None) -> dict[str, Any]:  # fmt: skip
+    """What every explorer page shows: what is served, and questions to try."""
+    grans = list(indexes)
+    return {"has_sweep": sweep is not None, "granularities": grans,
+            "max_k": min(spec.max_k, indexes.n_passages), "ncols": len(grans),
+            "sizes": {g: len(i) for g, i in indexes.items()}, "corpus": indexes.corpus,
+            "n_passages": indexes.n_passages, "dataset": indexes.dataset,
+            "n_questions": len(indexes.questions),
+            "retrievers": {g: i.retriever for g, i in indexes.items()},
+            "examples": [q["question"] for q in indexes.examples(EXAMPLES)], "problem": problem}  # fmt: skip
 
 
 def _page_routes(
@@ -120,28 +205,31 @@ def _page_routes(
     sweep: SweepData | None,
 ) -> None:  # fmt: skip
     grans = list(indexes)
-    page = {"has_sweep": sweep is not None, "granularities": grans, "max_k": spec.max_k,
-            "ncols": len(grans), "sizes": {g: len(i) for g, i in indexes.items()}}  # fmt: skip
+    page = _page_context(indexes, spec, sweep, app.state.question_problem)
 
     async def explorer(query: str, k: Any, question: dict | None = None) -> HTMLResponse:
-        ctx: dict[str, Any] = {**page, "query": query, "k": spec.default_k, "results": None,
-                               "answers": None, "question": question, "error": None}  # fmt: skip
+        ctx: dict[str, Any] = {**page, "query": query, "k": min(spec.default_k, page["max_k"]),
+                               "results": None, "answers": None, "ranks": None,
+                               "question": question, "error": None}  # fmt: skip
         if not query:
             return HTMLResponse(render("explorer.html", **ctx))
         try:
-            req = parse_get({"q": query, "k": k}, spec, grans)
+            req = parse_get({"q": query, "k": k, "granularity": "all"}, spec, grans,
+                            indexes.n_passages)  # fmt: skip
         except BadRequest as e:
             return HTMLResponse(render("explorer.html", **{**ctx, "error": e.reason}), e.status)
-        found = await asyncio.gather(*(batcher.submit(g, req.queries, req.k) for g in grans))
+        (found,) = await _search(batcher, req)
         answers = (question or {}).get("answers") or indexes.answers(query)
-        ctx.update(k=req.k, results={g: r[0] for g, r in zip(grans, found)}, answers=answers)
+        ranks = ({g: indexes.first_answer_rank(hits, answers) for g, hits in found.items()}
+                 if answers else None)  # fmt: skip
+        ctx.update(k=req.k, results=found, answers=answers, ranks=ranks)
         return HTMLResponse(render("explorer.html", **ctx))
 
-    @app.get("/", response_class=HTMLResponse)
+    @app.get("/", response_class=HTMLResponse, include_in_schema=False)
     async def home(q: str = "", k: str = "") -> HTMLResponse:
         return await explorer(q, k)
 
-    @app.get("/sweep/question/{qid}", response_class=HTMLResponse)
+    @app.get("/sweep/question/{qid}", response_class=HTMLResponse, include_in_schema=False)
     async def question_page(qid: str, k: str = "") -> HTMLResponse:
         row = sweep.question(qid) if sweep is not None else None
         if row is None:
@@ -152,7 +240,7 @@ def _page_routes(
 
 
 def _sweep_routes(app: FastAPI, page: dict[str, Any], sweep: SweepData | None) -> None:
-    @app.get("/sweep", response_class=HTMLResponse)
+    @app.get("/sweep", response_class=HTMLResponse, include_in_schema=False)
     async def sweep_page(found: str = "", missed: str = "", k: str = "", answer_type: str = "",
                          length: str = "") -> HTMLResponse:  # fmt: skip
         if sweep is None:
@@ -175,7 +263,7 @@ def _sweep_routes(app: FastAPI, page: dict[str, Any], sweep: SweepData | None) -
         ctx.update(total=len(rows), shown=shown, ranks=ranks)
         return HTMLResponse(render("sweep.html", **ctx))
 
-    @app.get("/sweep/plot.png")
+    @app.get("/sweep/plot.png", include_in_schema=False)
     async def plot() -> FileResponse:
         if sweep is None or sweep.plot is None:
             raise BadRequest(404, "the served sweep has no answer_recall_by_words.png")

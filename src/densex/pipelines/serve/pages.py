@@ -3,13 +3,17 @@
 Contract: `highlight(text, unit_span, answers, grey_context)` is the passage as escaped HTML
 with the matched unit in `<mark class="unit">`, each answer occurrence in `<u class="answer">`
 (nested correctly where they overlap) and, with `grey_context`, the rest of the passage in
-`<span class="context">` (the paper's Table 4 layout). `render(name, **context)` renders a
-template of `templates/` (Jinja2, autoescaped); `markdown_table(md)` turns the first pipe
-table of a Markdown file (Table 2) into rows of cells.
+`<span class="context">` (the paper's Table 4 layout). `unit_place(hit)` is the span of a
+hit's best unit to mark in its passage, None when that unit is the whole passage (passage
+retrieval: nothing is singled out, so nothing is painted). `render(name, **context)` renders
+a template of `templates/` (Jinja2, autoescaped; `highlight` and `unit_place`
+available, and a `pretty_json` filter); `markdown_table(md)` turns the first pipe table of a Markdown file (Table 2) into
+rows of cells.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from functools import lru_cache
 from pathlib import Path
@@ -58,6 +62,17 @@ def highlight(
     return Markup("").join(parts)
 
 
+def unit_place(hit: Any) -> tuple[int, int] | None:
+    """The best unit's span in `hit.text` (a `search.index.Hit`), None when there is none or
+    it covers the whole passage."""
+    span = hit.units[0].span if hit.units else None
+    if span is None:
+        return None
+    text = hit.text
+    whole = (len(text) - len(text.lstrip()), len(text.rstrip()))
+    return None if (span[0], span[1]) == whole else (int(span[0]), int(span[1]))
+
+
 _OPEN = {"unit": '<mark class="unit">', "context": '<span class="context">', None: ""}
 _CLOSE = {"unit": "</mark>", "context": "</span>", None: ""}
 
@@ -80,6 +95,8 @@ def markdown_table(md: str | None) -> list[list[str]]:
 def _env() -> Environment:
     env = Environment(loader=FileSystemLoader(TEMPLATES), autoescape=select_autoescape(["html"]))
     env.globals["highlight"] = highlight
+    env.globals["unit_place"] = unit_place
+    env.filters["pretty_json"] = lambda v: json.dumps(v, indent=2, ensure_ascii=False)
     return env
 
 

@@ -1,0 +1,81 @@
+"""The copy student's cheaper decoding (`copy_decode.py`) writes exactly the tokens of the plain
+loop: greedy with finished rows dropped and with copy-span lookahead, beam search with finished
+examples dropped, with and without the decoding rules, on real squad-open passages per sentence
+(the passage's earlier sentences as context, as the pipeline builds them)."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+import torch
+
+import densex.propositionizer.copy_decode as copy_decode
+from densex.propositionizer.backbone import load_seq2seq
+from densex.propositionizer.copy_build import cached_copy_lm
+from densex.propositionizer.output import passage_source
+from densex.propositionizer.sentence_inputs import sentence_units
+
+RULES = {
+    "none": {},
+    "all": {"coverage_penalty": 2.0, "no_repeat_proposition": True, "no_repeat_ngram_size": 3},
+}
+
+
+@pytest.fixture(scope="module")
+def student(tmp_path_factory: pytest.TempPathFactory, minilm_path: str):
+    from transformers import AutoTokenizer
+
+    path = cached_copy_lm(tmp_path_factory.mktemp("cache"), encoder=minilm_path)
+    return load_seq2seq(path).eval(), AutoTokenizer.from_pretrained(path)
+
+
+@pytest.fixture(scope="module")
+def batch(student, squad_open: Path):
+    """Eight per-sentence inputs of the first squad-open passages, their lengths mixed."""
+    lines = (squad_open / "passages.jsonl").open(encoding="utf-8")
+    passages = [json.loads(line) for _, line in zip(range(3), lines)]
+    split = lambda texts: (re.split(r"(?<=[.!?])\s+", t.strip()) for t in texts)  # noqa: E731
+    units, _ = sentence_units(passages, split, -1)
+    sources = [passage_source(u) for u in units][:8]
+    return student[1](sources, return_tensors="pt", padding=True)
+
+
+def _generate(model, enc, **kw):
+    with torch.no_grad():
+        return model.generate(**enc, max_new_tokens=40, **kw)
+
+
+@pytest.mark.parametrize("rules", sorted(RULES))
+def test_greedy_lookahead_and_row_dropping_write_plain_greedys_tokens(student, batch, rules):
+    model = student[0]
+    plain = _generate(model, batch, lookahead=0, drop_finished=False, **RULES[rules])
+    ended = (plain[:, 1:] == model.config.eos_token_id).any(1)
+    assert 0 < int(ended.sum()) < len(plain)  # some rows end early, some run to the limit
+    for k in (0, 8):  # 0: rows dropped only
+        fast = _generate(model, batch, lookahead=k, **RULES[rules])
+        assert fast.shape == plain.shape and torch.equal(fast, plain), (k, rules)
+
+
+def test_lookahead_verifies_several_tokens_per_pass(student, batch, monkeypatch):
+    """The drafts are accepted: far fewer passes than generated tokens."""
+    calls = []
+    verify = copy_decode._verify
+
+    def spy(model, src, seq, count, tokens):
+        calls.append(tokens.shape[1])
+        return verify(model, src, seq, count, tokens)
+
+    monkeypatch.setattr(copy_decode, "_verify", spy)
+    out = _generate(student[0], batch, lookahead=8)
+    assert max(calls) == 9 and len(calls) < out.shape[1] / 2
+
+
+@pytest.mark.parametrize("rules", ["none", "all"])
+def test_beam_search_dropping_finished_examples_writes_the_same_tokens(student, batch, rules):
+    model = student[0]
+    kept = _generate(model, batch, num_beams=2, drop_finished=False, **RULES[rules])
+    dropped = _generate(model, batch, num_beams=2, **RULES[rules])
+    assert dropped.shape == kept.shape and torch.equal(dropped, kept)
