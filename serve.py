@@ -8,13 +8,19 @@ import os
 import sys
 from pathlib import Path
 
-import hydra
-from omegaconf import DictConfig
+from densex.pipelines.entry_help import exit_if_help
 
-from densex.pipelines.schemas import register_configs
-from densex.pipelines.search.compose import granularity_argv
+ROOT = Path(__file__).resolve().parent
+os.environ.setdefault("PROJECT_ROOT", str(ROOT))
+if __name__ == "__main__":  # `--help` answered without Hydra (entry_help: under a second)
+    exit_if_help("serve", ROOT / "conf", sys.argv[1:])
 
-os.environ.setdefault("PROJECT_ROOT", str(Path(__file__).resolve().parent))
+import hydra  # noqa: E402
+from omegaconf import DictConfig  # noqa: E402
+
+from densex.pipelines.schemas import register_configs  # noqa: E402
+from densex.pipelines.search.compose import granularity_argv  # noqa: E402
+
 register_configs()
 
 

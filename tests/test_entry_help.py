@@ -12,7 +12,7 @@ import pytest
 from densex.pipelines.entry_help import config_groups, entry_help, help_requested
 from helpers.env import subprocess_env
 
-ENTRIES = ("evaluate", "index", "train")
+ENTRIES = ("evaluate", "index", "train", "serve")
 TRAIN_ONLY = ("data", "model", "callbacks", "debug")
 EVALUATE_ONLY = ("retriever", "granularity", "dataset", "reader", "corpus")
 
