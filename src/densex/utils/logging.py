@@ -100,6 +100,10 @@ def setup_logging(verbose: bool = False) -> None:
     import warnings
 
     root = logging.getLogger()
+    if not root.handlers:  # outside Hydra (a script, a worker process): INFO to stderr
+        logging.basicConfig(
+            level=logging.INFO, format="[%(asctime)s][%(name)s][%(levelname)s] - %(message)s"
+        )
     _console_once(root)
     pkg = logging.getLogger("densex")
     if pkg.level == getattr(pkg, _SET_BY_US, None):  # an API call set it: entries log INFO
