@@ -26,7 +26,7 @@ from typing import Any
 from densex.propositionizer.surface import PROP_TOKEN, decode_propositions
 from densex.utils.cache import artifact_dir, content_key, ensure_built_dir, hash_file
 from densex.utils.logging import get_logger
-from densex.utils.models import resolve_model
+from densex.utils.models import MODEL_LOAD_LOCK, resolve_model
 
 log = get_logger(__name__)
 
@@ -58,7 +58,8 @@ def load_seq2seq(path: str | os.PathLike, **kwargs: Any) -> Any:
 
     import densex.propositionizer.copy_lm  # noqa: F401  (registers the Auto classes)
 
-    return AutoModelForSeq2SeqLM.from_pretrained(path, **kwargs)
+    with MODEL_LOAD_LOCK:  # transformers' loading patches process-wide state (utils.models)
+        return AutoModelForSeq2SeqLM.from_pretrained(path, **kwargs)
 
 
 def token_nll(out: Any) -> Any:

@@ -26,7 +26,7 @@ from densex.retrieval.hashing import HashEncoder
 from densex.retrieval.late import LATE_INDEX, check_late, late_forward
 from densex.retrieval.runtimes import ExportedEncoder, exported_encoder
 from densex.retrieval.spec import RetrieverSpec
-from densex.utils.models import resolve_model
+from densex.utils.models import MODEL_LOAD_LOCK, resolve_model
 from densex.utils.records import Record
 
 # The autocast dtype of a spec's `precision` (none for 32-true), as Lightning's mixed precision.
@@ -39,18 +39,21 @@ def _load_hf_model(path: str, **kwargs: Any) -> nn.Module:
     AutoModel maps every `dpr` config to DPRQuestionEncoder, which would silently load a context
     encoder's weights into the wrong module names (random weights); ANCE-multi ships as DPR too.
     """
-    from transformers import AutoConfig, AutoModel, DPRContextEncoder, DPRQuestionEncoder
+    from transformers import (
+        AutoConfig,
+        AutoModel,
+        DPRContextEncoder,
+        DPRQuestionEncoder,
+        T5EncoderModel,
+    )
 
     config = AutoConfig.from_pretrained(path)
     arch = (getattr(config, "architectures", None) or [""])[0]
-    if config.model_type == "dpr":
-        cls = DPRContextEncoder if arch == "DPRContextEncoder" else DPRQuestionEncoder
+    cls = {"dpr": DPRQuestionEncoder, "t5": T5EncoderModel}.get(config.model_type, AutoModel)
+    if config.model_type == "dpr" and arch == "DPRContextEncoder":
+        cls = DPRContextEncoder
+    with MODEL_LOAD_LOCK:
         return cls.from_pretrained(path, **kwargs)
-    if config.model_type == "t5":
-        from transformers import T5EncoderModel
-
-        return T5EncoderModel.from_pretrained(path, **kwargs)
-    return AutoModel.from_pretrained(path, **kwargs)
 
 
 def masked_mean(hidden: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -75,7 +78,8 @@ class TextEncoder(nn.Module):
         if spec.backend == "sentence-transformers":
             from sentence_transformers import SentenceTransformer
 
-            self.model: nn.Module = SentenceTransformer(path, device="cpu", model_kwargs=kwargs)
+            with MODEL_LOAD_LOCK:
+                self.model: nn.Module = SentenceTransformer(path, device="cpu", model_kwargs=kwargs)
             self.tokenizer = self.model.tokenizer
         else:
             from transformers import AutoTokenizer

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -37,6 +38,12 @@ def resolve_model(name_or_path: str) -> str:
         raise FileNotFoundError(f"model path does not exist: {expanded}")
     return name_or_path
 
+
+# transformers 5's from_pretrained swaps torch.nn.init's functions and
+# PreTrainedModel.init_weights for no-ops and back (`initialization.no_init_weights`): process-wide
+# state, so two threads loading at once can leave the no-ops in place and every later load's
+# missing (tied) weights on the meta device. Every densex load holds this lock.
+MODEL_LOAD_LOCK = threading.RLock()
 
 _BF16_FLAGS = ("amx_bf16", "avx512_bf16")
 
