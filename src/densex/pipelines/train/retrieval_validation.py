@@ -39,7 +39,6 @@ from pytorch_lightning.callbacks import WeightAveraging
 
 from densex.data.squad_articles import article_questions
 from densex.metrics.answers import has_answer
-from densex.propositionizer.backbone import output_decoder
 from densex.propositionizer.module import parse_prediction
 from densex.propositionizer.output import passage_source
 from densex.propositionizer.pairs import split_source
@@ -195,7 +194,10 @@ class RetrievalValidation(pl.Callback):
             chunk = order[start : start + self.batch_size]
             batch = tok([sources[i] for i in chunk], padding=True, truncation=True,
                         max_length=self.max_source_length, return_tensors="pt").to(pl_module.device)  # fmt: skip
-            texts = self._generate(pl_module, batch, [sources[i] for i in chunk])
+            texts = pl_module.generate(
+                batch["input_ids"], batch["attention_mask"], [sources[i] for i in chunk],
+                max_new_tokens=self.max_new_tokens, num_beams=1, **self.decoding,
+            )  # fmt: skip
             for i, text in zip(chunk, texts):
                 outputs[i] = parse_prediction(text) or [units[i]["text"]]
         pl_module.train(was_training)
@@ -203,21 +205,6 @@ class RetrievalValidation(pl.Callback):
         for owner, out in zip(fixed["owners"], outputs):
             props[owner].extend(out or [])
         return props
-
-    def _generate(self, pl_module: Any, batch: Any, sources: list[str]) -> list[str]:
-        """Greedy outputs of one batch with the configured decoding rules, as text."""
-        out = pl_module.model.generate(
-            input_ids=batch["input_ids"],
-            attention_mask=batch["attention_mask"],
-            max_new_tokens=self.max_new_tokens,
-            num_beams=1,
-            do_sample=False,
-            **self.decoding,
-        )
-        decode = output_decoder(pl_module.tokenizer)
-        if decode is not None:
-            return decode(out, sources)
-        return pl_module.tokenizer.batch_decode(out, skip_special_tokens=True)
 
     def _score(
         self, pl_module: Any, fixed: dict[str, Any], props: list[list[str]]
