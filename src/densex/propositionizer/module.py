@@ -190,26 +190,13 @@ class PropositionizerModule(pl.LightningModule):
 
     # ---- validation --------------------------------------------------------------------------
     @torch.no_grad()
-    def generate(
-        self,
-        input_ids: torch.Tensor,
-        attention_mask: torch.Tensor,
-        sources: list[str],
-        **decoding: Any,
-    ) -> list[str]:
+    def generate(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, sources: list[str], **decoding: Any) -> list[str]:  # fmt: skip
         """Greedy (or beam, if configured) decoding of the JSON proposition list (`sources`:
         the texts of `input_ids`, for a decoder that copies their surface forms); `decoding`
         overrides the configured `max_new_tokens` / `num_beams` or adds the model's rules."""
-        settings = {
-            "max_new_tokens": self.hparams.max_new_tokens,
-            "num_beams": self.hparams.num_beams,
-        }
-        out = self.model.generate(
-            input_ids=input_ids,
-            attention_mask=attention_mask,
-            do_sample=False,
-            **{**settings, **decoding},
-        )
+        h = self.hparams
+        decoding = {"max_new_tokens": h.max_new_tokens, "num_beams": h.num_beams, **decoding}
+        out = self.model.generate(input_ids=input_ids, attention_mask=attention_mask, do_sample=False, **decoding)  # fmt: skip
         decode = output_decoder(self.tokenizer)  # None: the tokenizer's own batch_decode
         if decode is not None:
             return decode(out, sources)
