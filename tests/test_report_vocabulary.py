@@ -201,7 +201,7 @@ def test_cell_folder_and_wandb_run_name_say_the_overrides():
     cfg = compose_config("evaluate", "experiment=demo", "granularity=sentence",
                          "paths.cache_dir=/x/y", "budget=500", hydra=True)  # fmt: skip
     sweep = OmegaConf.to_container(cfg.hydra.sweep, resolve=False)
-    assert sweep["subdir"] == "${hydra.job.num}_${hydra.job.override_dirname}"
+    assert sweep["subdir"] == "${hydra.job.num}_${densex.cell_dirname:${hydra.job.override_dirname}}"
     assert cfg.hydra.job.override_dirname == "budget=500,granularity=sentence"
     HydraConfig.instance().set_config(cfg)
     try:
@@ -209,3 +209,18 @@ def test_cell_folder_and_wandb_run_name_say_the_overrides():
         assert run_name(row) == "minilm-sentence-demo-budget=500"
     finally:
         HydraConfig.instance().cfg = None  # no Hydra job for the tests after this one
+
+
+def test_a_long_cell_folder_name_is_cut_and_stays_apart():
+    """A cell whose overrides would name a folder past the file system's 255 characters (a
+    fusion's member list beside a decoding's ten settings) gets a name under the limit that
+    ends in a hash of the whole, so two such cells differ; short names are kept as they are."""
+    from densex.utils.config import CELL_NAME_LIMIT, cell_dirname
+
+    decode = ",".join(f"propositionizer.setting_{i}=value_{i}" for i in range(10))
+    a = "granularity.members=[sentence,proposition],granularity=mixed," + decode
+    b = a.replace("value_9", "value_8")
+    assert len(a) > 255 and len(cell_dirname(a)) <= CELL_NAME_LIMIT
+    assert cell_dirname(a) != cell_dirname(b) and cell_dirname(a).startswith("granularity.")
+    assert cell_dirname(a).rsplit(",", 1)[1].startswith("~")
+    assert cell_dirname("budget=500,granularity=sentence") == "budget=500,granularity=sentence"

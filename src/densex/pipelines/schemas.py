@@ -28,6 +28,7 @@ from densex.pipelines.specs import (
 )
 from densex.propositionizer.settings import ModelSettings, PropositionizerSettings, TeacherSettings
 from densex.retrieval.spec import BM25Spec, IndexSpec, RetrieverSpec
+from densex.utils.config import cell_dirname
 from densex.utils.integrity import CacheSpec
 
 # (group, schema name) -> dataclass; the YAML files of the group name the schema in `defaults`
@@ -50,10 +51,13 @@ SCHEMAS: dict[tuple[str, str], type] = {
 
 
 def register_configs() -> None:
-    """Store every group schema in Hydra's ConfigStore (idempotent)."""
+    """Store every group schema in Hydra's ConfigStore and register the `densex.cell_dirname`
+    resolver (idempotent)."""
     store = ConfigStore.instance()
     for (group, name), node in SCHEMAS.items():
         store.store(group=group, name=name, node=node)
+    if not OmegaConf.has_resolver("densex.cell_dirname"):  # conf/hydra/evaluate.yaml's subdir
+        OmegaConf.register_new_resolver("densex.cell_dirname", cell_dirname)
 
 
 def typed_groups(cfg: DictConfig) -> dict[str, Any]:

@@ -108,3 +108,22 @@ def check_choices(label: str, **values: tuple[Any, tuple[Any, ...]]) -> None:
     for key, (value, allowed) in values.items():
         if value not in allowed:
             raise ValueError(f"{label}: {key}={value!r} not in {allowed}")
+
+
+CELL_NAME_LIMIT = 120  # characters of a sweep cell's folder name (file systems stop at 255)
+
+
+def cell_dirname(overrides: str, limit: int = CELL_NAME_LIMIT) -> str:
+    """A sweep cell's folder name from its `override_dirname` (`granularity=passage,...`):
+    the string itself when it fits in `limit` characters, else its first characters cut at
+    an override boundary and a short hash of the whole (`granularity=mixed,...~1a2b3c4d`),
+    so two cells never share a folder and no name exceeds the file system's limit (long
+    overrides such as a list of fusion members or a decoding's ten settings)."""
+    import hashlib
+
+    if len(overrides) <= limit:
+        return overrides
+    digest = hashlib.sha1(overrides.encode("utf-8")).hexdigest()[:8]
+    head = overrides[: limit - len(digest) - 2]
+    cut = head.rfind(",")
+    return f"{head[:cut] if cut > 0 else head},~{digest}"
