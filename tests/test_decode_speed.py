@@ -1,7 +1,8 @@
 """The copy student's cheaper decoding (`copy_decode.py`) writes exactly the tokens of the plain
 loop: greedy with finished rows dropped and with copy-span lookahead, beam search with finished
 examples dropped, with and without the decoding rules, on real squad-open passages per sentence
-(the passage's earlier sentences as context, as the pipeline builds them)."""
+(the passage's earlier sentences as context, as the pipeline builds them). Each of those checks
+is shown able to fail: with its step broken on purpose, the same comparison finds the change."""
 
 from __future__ import annotations
 
@@ -48,6 +49,11 @@ def _generate(model, enc, **kw):
         return model.generate(**enc, max_new_tokens=40, **kw)
 
 
+def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """The exactness checks' comparison: the same shape and the same token ids."""
+    return a.shape == b.shape and torch.equal(a, b)
+
+
 @pytest.mark.parametrize("rules", sorted(RULES))
 def test_greedy_lookahead_and_row_dropping_write_plain_greedys_tokens(student, batch, rules):
     model = student[0]
@@ -56,7 +62,7 @@ def test_greedy_lookahead_and_row_dropping_write_plain_greedys_tokens(student, b
     assert 0 < int(ended.sum()) < len(plain)  # some rows end early, some run to the limit
     for k in (0, 8):  # 0: rows dropped only
         fast = _generate(model, batch, lookahead=k, **RULES[rules])
-        assert fast.shape == plain.shape and torch.equal(fast, plain), (k, rules)
+        assert _same(fast, plain), (k, rules)
 
 
 def test_lookahead_verifies_several_tokens_per_pass(student, batch, monkeypatch):
@@ -78,4 +84,71 @@ def test_beam_search_dropping_finished_examples_writes_the_same_tokens(student, 
     model = student[0]
     kept = _generate(model, batch, num_beams=2, drop_finished=False, **RULES[rules])
     dropped = _generate(model, batch, num_beams=2, **RULES[rules])
-    assert dropped.shape == kept.shape and torch.equal(dropped, kept)
+    assert _same(dropped, kept)
+
+
+# ---- the checks above can fail: each step broken on purpose -----------------------------------
+
+
+def _rows_rolled(monkeypatch) -> list[int]:
+    """`copy_decode._take` broken: the survivors' source rows and cache rolled by one (row i
+    gets row i - 1's), while the caller's own per-row state (tokens so far, scores) stays
+    right. Returns the number of rows of each call (a roll of one row would change nothing)."""
+    take, calls = copy_decode._take, []
+
+    def rolled(src, rows):
+        calls.append(len(rows))
+        return take(src, rows.roll(1))
+
+    monkeypatch.setattr(copy_decode, "_take", rolled)
+    return calls
+
+
+@pytest.mark.parametrize("rules", sorted(RULES))
+def test_row_dropping_check_fails_when_the_wrong_rows_are_kept(student, batch, rules, monkeypatch):
+    """Breaking what greedy keeps when it drops finished rows changes its tokens, so the
+    exactness check above reads the rows dropping keeps. It does drop: one ended row is
+    DROP_FRACTION of the 8 (without rules one row ends, at step 28 of 40, and 7 survive; with
+    them three rows end and the batch is cut three times)."""
+    model = student[0]
+    plain = _generate(model, batch, lookahead=0, drop_finished=False, **RULES[rules])
+    calls = _rows_rolled(monkeypatch)
+    broken = _generate(model, batch, lookahead=0, **RULES[rules])
+    assert calls and min(calls) > 1  # the sabotage ran, on more than one surviving row
+    assert not _same(broken, plain)
+
+
+@pytest.mark.parametrize("rules", sorted(RULES))
+def test_lookahead_check_fails_when_one_unconfirmed_token_is_accepted(
+    student, batch, rules, monkeypatch
+):
+    """Accepting one drafted position more than greedy confirms (the token greedy would write
+    after a rejected draft token) changes the output, so the exactness check above reads
+    what lookahead accepts, not merely that it runs."""
+    model = student[0]
+    plain = _generate(model, batch, lookahead=0, drop_finished=False, **RULES[rules])
+    verify, stretched = copy_decode._verify, []
+
+    def one_more(model, src, seq, count, tokens):
+        m, new = verify(model, src, seq, count, tokens)
+        more = (m + 1).clamp_max(tokens.shape[1])
+        stretched.append(int((more > m).sum()))
+        return more, new
+
+    monkeypatch.setattr(copy_decode, "_verify", one_more)
+    broken = _generate(model, batch, lookahead=8, **RULES[rules])
+    assert sum(stretched) > 0  # some row had a draft greedy rejected
+    assert not _same(broken, plain)
+
+
+@pytest.mark.parametrize("rules", sorted(RULES))
+def test_beam_dropping_check_fails_when_the_wrong_rows_are_kept(student, batch, rules, monkeypatch):
+    """Beam search with the finished examples' rows dropped, the survivors' cache rolled by one
+    row (a beam reads another beam's, or another example's, source): the tokens change, so the
+    beam exactness check above reads the rows dropping keeps."""
+    model = student[0]
+    kept = _generate(model, batch, num_beams=2, drop_finished=False, **RULES[rules])
+    calls = _rows_rolled(monkeypatch)
+    broken = _generate(model, batch, num_beams=2, **RULES[rules])
+    assert calls and min(calls) > 1
+    assert not _same(broken, kept)

@@ -201,7 +201,9 @@ def test_cell_folder_and_wandb_run_name_say_the_overrides():
     cfg = compose_config("evaluate", "experiment=demo", "granularity=sentence",
                          "paths.cache_dir=/x/y", "budget=500", hydra=True)  # fmt: skip
     sweep = OmegaConf.to_container(cfg.hydra.sweep, resolve=False)
-    assert sweep["subdir"] == "${hydra.job.num}_${densex.cell_dirname:${hydra.job.override_dirname}}"
+    assert (
+        sweep["subdir"] == "${hydra.job.num}_${densex.cell_dirname:${hydra.job.override_dirname}}"
+    )
     assert cfg.hydra.job.override_dirname == "budget=500,granularity=sentence"
     HydraConfig.instance().set_config(cfg)
     try:
