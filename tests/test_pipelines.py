@@ -372,6 +372,28 @@ def test_squad_open_benchmark_minilm(repo_root, squad_open, minilm_path, tmp_pat
     assert (sweep / "table2.md").exists()
 
 
+@pytest.mark.parametrize(
+    "cell, generates",
+    [
+        (["granularity=proposition"], True),
+        (["granularity=sentence"], False),
+        (["granularity=mixed", "granularity.members=[sentence,proposition]"], True),
+        (["granularity=mixed", "granularity.members=[passage,sentence]"], False),
+        (["fusion=rrf", "fusion.members=[{granularity:sentence},{granularity:proposition}]"], True),
+        (["fusion=hybrid", "granularity=proposition"], True),
+        (["fusion=hybrid", "granularity=sentence"], False),
+    ],
+)
+def test_a_fused_cell_over_propositions_generates_them(cell, generates):
+    """With `propositionizer=model`, a cell generates propositions whenever it searches them:
+    its own granularity, a member of `granularity=mixed` or of a fusion (the fused cells of
+    the student's propositions and sentences)."""
+    from densex.pipelines.index.units import generates_propositions
+
+    cfg = compose_config("evaluate", "propositionizer=model", "propositionizer.model=x", *cell)
+    assert generates_propositions(cfg) is generates
+
+
 def test_index_generates_propositions_with_a_model(repo_root, small, tiny_t5, tmp_path):
     """propositionizer=model (a tiny random T5): generated, cached, and used for the units."""
     from densex.pipelines.index.run import run

@@ -125,12 +125,23 @@ def build_corpus_units(cfg: DictConfig, with_generated: bool) -> Any:
 
 def generates_propositions(cfg: DictConfig) -> bool:
     """True when proposition units must come from a model (`propositionizer=` other than file):
-    for index.py stage=propositions|all, and whenever the granularity is proposition."""
+    for index.py stage=propositions|all, and whenever the cell searches propositions (its
+    granularity, a member of `granularity=mixed`, or a member of a `fusion`)."""
     ptype = str((cfg.get("propositionizer") or {}).get("type", "file"))
     stage = cfg.get("stage")  # None in evaluate.py
     return ptype != "file" and (
-        stage in ("propositions", "all") or cfg.granularity.name == "proposition"
+        stage in ("propositions", "all") or "proposition" in searched_granularities(cfg)
     )
+
+
+def searched_granularities(cfg: DictConfig) -> set[str]:
+    """The unit granularities a cell searches: its own, `granularity.members` (mixed) and each
+    `fusion.members` entry's granularity (null: the cell's own)."""
+    own = str(cfg.granularity.name)
+    names = {own, *(str(m) for m in (cfg.granularity.get("members") or []))}
+    for member in (cfg.get("fusion") or {}).get("members") or []:
+        names.add(str((member or {}).get("granularity") or own))
+    return names
 
 
 def unit_file(unit_files: Any, granularity: str) -> Path:
