@@ -151,6 +151,31 @@ def test_serve_entry_reports_bad_input_in_one_line(repo_root, tmp_path):
     assert "missing.jsonl" in line
 
 
+def test_serve_entry_logs_one_preflight_line(repo_root, tmp_path):
+    """Each granularity is preflighted, and `preflight ok` is one line for all of them (it was
+    printed once per granularity). `serve.sweep_dir=latest` with no sweep ends the entry
+    right after the preflight, before any index is opened."""
+    import subprocess
+    import sys
+
+    from helpers.env import subprocess_env
+
+    run_dir = tmp_path / "run"
+    cmd = [sys.executable, str(repo_root / "serve.py"), "experiment=demo",
+           "serve.sweep_dir=latest", f"paths.log_dir={tmp_path / 'logs'}",
+           f"paths.cache_dir={tmp_path / 'cache'}", f"hydra.run.dir={run_dir}"]  # fmt: skip
+    proc = subprocess.run(cmd, cwd=repo_root, env=subprocess_env(), capture_output=True,
+                          text=True, timeout=300)  # fmt: skip
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    (line,) = [x for x in proc.stderr.splitlines() if x.startswith("error (")]
+    assert "no finished multirun" in line
+    printed = [x for x in (proc.stdout + proc.stderr).splitlines() if "preflight ok" in x]
+    assert len(printed) == 1, printed
+    assert "preflight ok: models retriever" in printed[0]
+    logged = (run_dir / "serve.log").read_text().splitlines()
+    assert len([x for x in logged if "preflight ok" in x]) == 1
+
+
 def test_one_request_asks_for_several_granularities(client, demo_index):
     q = GOOD["q"]
     r = client.get("/search", params={"q": q, "k": 2, "granularity": "proposition,passage"})
@@ -174,6 +199,7 @@ def test_docs_page_is_served_offline_from_the_openapi_schema(client):
     schema = client.get("/openapi.json").json()
     get = schema["paths"]["/search"]["get"]
     assert [p["name"] for p in get["parameters"]] == ["q", "k", "granularity"]
+    assert [p["required"] for p in get["parameters"]] == [True, False, False]
     assert "requestBody" in schema["paths"]["/search"]["post"]
     assert set(schema["paths"]) == {"/healthz", "/search"}  # the JSON API only
     r = client.get("/docs")
@@ -184,6 +210,32 @@ def test_docs_page_is_served_offline_from_the_openapi_schema(client):
         assert text in html, text
     assert "<script src" not in html and 'src="http' not in html  # nothing fetched elsewhere
     assert '<link rel="stylesheet"' not in html
+
+
+def test_documented_error_codes_are_the_ones_answered(client):
+    """`/openapi.json` and `/docs` state the codes a bad request gets: 400 and 413 (the app
+    answers FastAPI's validation errors 400), never FastAPI's default 422."""
+    schema = client.get("/openapi.json").json()
+    documented = {m: set(op["responses"]) for m, op in schema["paths"]["/search"].items()}
+    assert documented == {"get": {"200", "400", "413"}, "post": {"200", "400", "413"}}
+    assert not [(p, m) for p, ops in schema["paths"].items() for m, op in ops.items()
+                if "422" in op["responses"]]  # fmt: skip
+    error = schema["paths"]["/search"]["get"]["responses"]["400"]["content"]["application/json"]
+    assert error["schema"] == {"$ref": "#/components/schemas/ErrorBody"}
+    answered = {
+        "get": [client.get("/search", params=p).status_code
+                for p in ({"q": "a", "k": "0"}, {}, {"q": "x" * 5000})],
+        "post": [client.post("/search", content=b, headers={"content-type": "application/json"}).status_code
+                 for b in (b'{"query": "a", "k": 0}', b"not json", json.dumps({"queries": ["a"] * 300}).encode())],
+    }  # fmt: skip
+    assert answered == {"get": [400, 400, 413], "post": [400, 400, 413]}
+    for method, codes in answered.items():
+        assert {str(c) for c in codes} <= documented[method]
+    html = client.get("/docs").text
+    section = html.split('id="get--search"')[1].split("</section>")[0]
+    assert "<code>400</code> bad input" in section and "<code>413</code> too large" in section
+    assert "<code>422</code>" not in html
+    _good(client)
 
 
 def test_landing_page_names_what_is_served_and_offers_questions(client, demo_index):

@@ -83,9 +83,10 @@ def fail(error: BaseException) -> None:
     raise SystemExit(2)
 
 
-def preflight(cfg: DictConfig, entry: str) -> dict[str, Any]:
-    """Check inputs and models of one job and log its estimated output size; return what
-    was found (`inputs`, `models`, `n_questions`, `estimate_bytes`). Raises `PreflightError`."""
+def preflight(cfg: DictConfig, entry: str, announce: bool = True) -> dict[str, Any]:
+    """Check inputs and models of one job and log its estimated output size (`announce`
+    False: the `preflight ok` line left out, warnings kept); return what was found
+    (`inputs`, `models`, `n_questions`, `estimate_bytes`). Raises `PreflightError`."""
     if entry not in ENTRIES:
         raise ValueError(f"entry must be one of {ENTRIES}, got {entry!r}")
     try:
@@ -108,7 +109,7 @@ def preflight(cfg: DictConfig, entry: str) -> dict[str, Any]:
         info["n_questions"] = questions
         info["estimate_bytes"] = estimate_cell_bytes(cfg, questions)
         where = _output_dir(cfg)
-        log.info(
+        (log.info if announce else log.debug)(
             "preflight ok: %d questions; models %s; estimated outputs %s in %s (%s free)",
             questions,
             _models_text(info["models"]),
@@ -120,7 +121,7 @@ def preflight(cfg: DictConfig, entry: str) -> dict[str, Any]:
     elif entry == "train":
         info["estimate_bytes"] = estimate_train_bytes(cfg, info["models"])
         where = _output_dir(cfg)
-        log.info(
+        (log.info if announce else log.debug)(
             "preflight ok: models %s; estimated checkpoints + export %s in %s (%s free)",
             _models_text(info["models"]),
             human_bytes(info["estimate_bytes"]),
@@ -130,7 +131,7 @@ def preflight(cfg: DictConfig, entry: str) -> dict[str, Any]:
         warn_space(info["estimate_bytes"], where)
     else:
         cache = Path(str(cfg.paths.cache_dir))
-        log.info(
+        (log.info if announce else log.debug)(
             "preflight ok: models %s; artifacts go to %s (%s free)",
             _models_text(info["models"]),
             cache,

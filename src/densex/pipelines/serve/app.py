@@ -10,7 +10,8 @@ Contract: `create_app(indexes, spec, sweep=None)` serves an opened `IndexSet`:
   through one `MicroBatcher`;
 - `GET /healthz` -> status, what is served (corpus, dataset, per granularity), the batcher's
   counts; `GET /openapi.json` the OpenAPI schema and `GET /docs` a self-contained page of it
-  (no script or asset from elsewhere: it works offline);
+  (no script or asset from elsewhere: it works offline); the responses they state for
+  `/search` are those it answers: 200, 400 and 413 (`SEARCH_ERRORS`), never FastAPI's 422;
 - `GET /` the explorer: a landing page naming the corpus, retriever(s) and benchmark dataset
   with example questions (or the one-line reason answers cannot be highlighted); `?q=&k=`:
   Table 4 (each granularity's top unit, its own text beside its span in the passage), the
@@ -28,9 +29,10 @@ import dataclasses
 from contextlib import asynccontextmanager
 from typing import Any
 
-from fastapi import FastAPI, Query, Request
+from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, HTMLResponse, JSONResponse
+from pydantic import BaseModel
 from starlette.exceptions import HTTPException
 
 from densex.pipelines.search.index import Hit, IndexSet
@@ -115,6 +117,25 @@ def _error_handlers(app: FastAPI) -> None:
         return JSONResponse({"error": f"internal error ({type(e).__name__})"}, status_code=500)
 
 
+class ErrorBody(BaseModel):
+    """Every client error's body."""
+
+    error: str
+
+
+# The client errors `/search` answers (`requests.BadRequest`; FastAPI's own validation, were it
+# to run, is answered 400 too: `_error_handlers`). Declared here so that the OpenAPI schema and
+# `/docs` state them; no FastAPI-validated parameter is declared on these routes, so FastAPI adds
+# no `422 Validation Error` the service never answers.
+SEARCH_ERRORS: dict[int | str, dict[str, Any]] = {
+    400: {"model": ErrorBody, "description": "bad input (an empty or missing query, k not in "
+          "1..serve.max_k or above the corpus's passages, an unknown granularity, malformed "
+          "JSON): {error}"},
+    413: {"model": ErrorBody, "description": "too large (a query over serve.max_query_chars, "
+          "more than serve.max_request_queries queries, a body over serve.max_body_bytes): "
+          "{error}"},
+}  # fmt: skip
+
 GET_PARAMS = {
     "q": "the query (required)",
     "k": "passages to return: 1..serve.max_k and at most the corpus's passages (default "
@@ -136,6 +157,15 @@ POST_BODY = {"required": True, "content": {"application/json": {"schema": {
 }}}}  # fmt: skip
 
 
+def _get_parameters(spec: ServeSpec) -> list[dict[str, Any]]:
+    """`GET /search`'s query parameters as OpenAPI states them (read by `parse_get`)."""
+    k = {"type": "integer", "minimum": 1, "maximum": spec.max_k, "default": spec.default_k}
+    schemas = {"q": {"type": "string", "maxLength": spec.max_query_chars}, "k": k,
+               "granularity": {"type": "string"}}  # fmt: skip
+    return [{"name": name, "in": "query", "required": name == "q", "description": text,
+             "schema": schemas[name]} for name, text in GET_PARAMS.items()]  # fmt: skip
+
+
 def _json_routes(app: FastAPI, indexes: IndexSet, spec: ServeSpec, batcher: MicroBatcher) -> None:
     grans, n_passages = list(indexes), indexes.n_passages
 
@@ -148,22 +178,19 @@ def _json_routes(app: FastAPI, indexes: IndexSet, spec: ServeSpec, batcher: Micr
         return {"status": "ok", "corpus": indexes.corpus, "dataset": indexes.dataset,
                 "granularities": served, "batching": stats}  # fmt: skip
 
-    @app.get("/search", summary="Search one query",
+    @app.get("/search", summary="Search one query", responses=SEARCH_ERRORS,
+             openapi_extra={"parameters": _get_parameters(spec)},
              description="-> {query, granularity, k, results: [{id, title, text, score, units: "
                          "[{id, text, score, span}]}]}; a bad request is a 4xx {error}.")  # fmt: skip
-    async def search_get(
-        request: Request,
-        q: str | None = Query(None, description=GET_PARAMS["q"]),
-        k: str | None = Query(None, description=GET_PARAMS["k"]),
-        granularity: str | None = Query(None, description=GET_PARAMS["granularity"]),
-    ) -> dict[str, Any]:
+    async def search_get(request: Request) -> dict[str, Any]:
         req = parse_get(request.query_params, spec, grans, n_passages)
         (found,) = await _search(batcher, req)
         named = req.granularities if req.several else req.granularities[0]
         return {"query": req.queries[0], "granularity": named, "k": req.k,
                 "results": _results(req, found)}  # fmt: skip
 
-    @app.post("/search", summary="Search a batch of queries", openapi_extra={"requestBody": POST_BODY},
+    @app.post("/search", summary="Search a batch of queries", responses=SEARCH_ERRORS,
+              openapi_extra={"requestBody": POST_BODY},
               description="-> {granularity, k, queries: [{query, results}]}, results as for "
                           "GET /search; a bad request is a 4xx {error}.")  # fmt: skip
     async def search_post(request: Request) -> dict[str, Any]:

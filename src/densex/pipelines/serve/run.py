@@ -3,7 +3,8 @@
 Contract: `run(cfg)` composes one config per granularity of `serve.granularities` (set by
 `serve.py` from `granularity=a,b,c`; without a `granularity=` override, those the
 experiment's sweep lists, so `experiment=demo` serves all three; else the one granularity)
-with the job's own overrides, preflights each (before torch and the index modules are imported), opens
+with the job's own overrides, preflights each (`preflight_all`: before torch and the index
+modules are imported; one `preflight ok` line for all of them), opens
 them through `pipelines.search.index.open_configs` (units, embeddings and index built when
 missing, as `evaluate.py` builds them; a cache that `evaluate.py` filled is reused as it is),
 reads `serve.sweep_dir` when set (`latest`: `resolve_sweep_dir`), logs a warning when no
@@ -15,7 +16,9 @@ status 2 (the other entries' `preflight.run.fail`).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -64,18 +67,25 @@ def resolve_sweep_dir(value: str | None, cfg: DictConfig) -> str | None:
     return str(done[-1])
 
 
+def preflight_all(cfgs: Sequence[DictConfig]) -> list[dict[str, Any]]:
+    """`preflight(c, "index")` of each served config (each granularity is checked: a
+    proposition index needs propositions) with one `preflight ok` line, the first's: the
+    line names the models and the cache, the same for every granularity. Raises
+    `PreflightError`."""
+    return [preflight(c, "index", announce=i == 0) for i, c in enumerate(cfgs)]
+
+
 def run(cfg: DictConfig) -> None:
     """Open the indexes and serve them until interrupted (see the module doc)."""
     spec: ServeSpec = OmegaConf.to_object(cfg.serve)
     cfgs = job_configs(cfg)
-    for c in cfgs:  # bad input fails in seconds, before torch and the index modules load
-        preflight(c, "index")
+    preflight_all(cfgs)  # bad input fails in seconds, before torch and the index modules load
+    sweep_dir = resolve_sweep_dir(spec.sweep_dir, cfg)
     import uvicorn  # the serve extra; only this entry needs it
 
     from densex.pipelines.search.index import open_configs
     from densex.pipelines.serve.app import create_app
 
-    sweep_dir = resolve_sweep_dir(spec.sweep_dir, cfg)
     indexes = open_configs(cfgs, checked=True)
     indexes.compare(["warm-up"], 1)  # load each query encoder before the first request
     sweep = SweepData.load(sweep_dir) if sweep_dir else None
