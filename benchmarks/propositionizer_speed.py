@@ -27,13 +27,13 @@ compares like with like: same passages, same outputs' lengths, one machine, one 
         --passages HELD/passages.jsonl --propositions HELD/propositions.jsonl student bert2bert
 
 Without specs (the default) it compares side by side, in one run (`compare`; under 10 minutes
-on 2 cores, `--quick` about one): the student per sentence (context sentences as the
-pipeline's, coverage penalty `--beta`) by today's paths (beam 4 and plain greedy, every row
+on 2 cores, `--quick` about one): the student per sentence (`--context` earlier sentences as
+context, coverage penalty `--beta`) by today's paths (beam 4 and plain greedy, every row
 computed to the end) and the cheaper ones (`copy_decode.py`: finished rows dropped, copy-span
-lookahead, bf16 where the CPU has it), with each one's identical-output rate against its exact
-reference; then the Flan-T5-base and -large shapes through transformers fp32 and CTranslate2
-int8 (same forced lengths, tokens/s); FactoidWiki hours for each on one such machine and on a
-100-node array; the rates go to `--record` (read by `index.py stage=plan`). Its last lines:
+lookahead of 2 and 8 tokens, bf16 where the CPU has it), with each one's identical-output rate
+against its exact reference; then the Flan-T5-base and -large shapes through transformers fp32
+and CTranslate2 int8 (same forced lengths, tokens/s); FactoidWiki hours for each on one such
+machine and on a 100-node array; the rates go to `--record` (read by `index.py stage=plan`). Its last lines:
 
     student: best / beam 4 = R.RRx (P.PP passages/s)
     flan-t5-large shape: ctranslate2 int8 / transformers = R.RRx
@@ -85,6 +85,7 @@ def t5_shape(name: str, out: Path) -> Path:
     from transformers import T5Config, T5ForConditionalGeneration
 
     tok = AutoTokenizer.from_pretrained(resolve_model("packaged:minilm"), model_max_length=512)
+    tok.eos_token = tok.sep_token  # CTranslate2's converter reads the end token by name
     config = T5Config(
         vocab_size=32128,
         d_kv=64,
@@ -166,9 +167,9 @@ def main() -> None:
     ap.add_argument("--propositions", help="teacher propositions JSONL of those passages")
     ap.add_argument("--n", type=int, default=256, help="specs: passages per spec")
     ap.add_argument("--compare-n", type=int, default=36, help="compare: the student's passages")
-    ap.add_argument("--context", type=int, default=-1, help="compare: context sentences")
+    ap.add_argument("--context", type=int, default=0, help="compare: context sentences")
     ap.add_argument("--batch", type=int, default=32)
-    ap.add_argument("--beta", type=float, default=2.0, help="the student's coverage penalty")
+    ap.add_argument("--beta", type=float, default=1.0, help="the student's coverage penalty")
     ap.add_argument("--no-repeat-proposition", action="store_true", help="the student's rule")
     ap.add_argument("--cores", action="store_true", help="1 process x 2 threads vs 2 x 1")
     ap.add_argument("--gpu", action="store_true", help="flan-t5-large on CUDA: bf16 torch vs ct2")
@@ -247,11 +248,12 @@ def main() -> None:
 
 # ---- compare: the side-by-side run (module docstring) ---------------------------------------
 STUDENT_PATHS = (  # name, generate kwargs, beams, the path it must equal (exact steps)
-    ("beam 4 (today)", {"lookahead": 0, "drop_finished": False}, 4, None),
+    ("beam 4 (today)", {"drop_finished": False}, 4, None),
     ("beam 4, rows dropped", {}, 4, "beam 4 (today)"),
     ("greedy (today)", {"lookahead": 0, "drop_finished": False}, 1, None),
     ("greedy, rows dropped", {"lookahead": 0}, 1, "greedy (today)"),
-    ("greedy, lookahead", {}, 1, "greedy (today)"),
+    ("greedy, lookahead 2", {"lookahead": 2}, 1, "greedy (today)"),
+    ("greedy, lookahead 8", {"lookahead": 8}, 1, "greedy (today)"),
 )
 
 
@@ -311,7 +313,7 @@ def compare_student(args, passages, tmp: Path) -> dict:
         rules["no_repeat_proposition"] = True
     paths = list(STUDENT_PATHS)
     if cpu_has_bf16():
-        paths.append(("greedy, lookahead, bf16", {"dtype": torch.bfloat16}, 1, "greedy (today)"))
+        paths.append(("greedy, rows dropped, bf16", {"dtype": torch.bfloat16}, 1, "greedy (today)"))
     print(f"student {student}: {n} passages, {len(sources)} sentence inputs, batch {args.batch}")
     print(
         f"{'path':<26} {'passages/s':>10} {'tokens/s':>9} {'identical':>9} {'41M: 1 machine':>14} {'100 nodes':>10}"
@@ -383,7 +385,7 @@ def _student_share(
     student: str, sources: list[str], threads: int, batch: int, beta: float
 ) -> float:
     """Seconds one process with `threads` torch threads takes to generate for `sources` (the
-    best greedy path: rows dropped, lookahead), the model loaded first (not timed)."""
+    best greedy path: rows dropped, one token a step), the model loaded first (not timed)."""
     torch.set_num_threads(threads)
     model = load_seq2seq(student).eval()
     tok = AutoTokenizer.from_pretrained(student)

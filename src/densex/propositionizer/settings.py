@@ -65,7 +65,8 @@ class ModelSettings(PropositionizerSettings):
     # copy the title over and over; 0: keep every parsed proposition
     min_shared_words: int = 0
     # the copy student's greedy: source tokens drafted and verified per step (exact: the same
-    # tokens as one a step); null: copy_decode's default (8), 0: one token a step
+    # tokens as one a step); null: copy_decode's default (0: one token a step, the fastest
+    # measured; docs/propositionizer.md)
     lookahead: int | None = None
     # torch | ctranslate2 (T5/Flan-T5 only: converted once into the cache, ct2.py)
     runtime: str = "torch"
