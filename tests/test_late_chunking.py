@@ -267,3 +267,24 @@ def test_exported_runtimes_pool_the_same_token_states(ten, runtime, tmp_path) ->
     np.testing.assert_allclose(got, expected, atol=1e-4)
     exports = sorted(p.parent.name for p in tmp_path.rglob("model.onnx"))
     assert len(exports) == 2  # the pooled graph (queries) and the token states, keyed apart
+
+
+@pytest.mark.parametrize(
+    "overrides, name",
+    [
+        ([], "sentence"),
+        (["retriever.late_chunking=true"], "sentence-late"),
+        (
+            ["retriever.late_chunking=true", "retriever.late_context=section"],
+            "sentence-late-section",
+        ),
+    ],
+)
+def test_a_late_cell_is_named_apart_in_the_tables(overrides, name) -> None:
+    """A late-chunked cell is a granularity of its own in table2.md (`sentence-late`), and so
+    is each context (two late cells of one sweep would otherwise be one duplicate row)."""
+    from densex.pipelines.evaluate.cell import cell_keys
+
+    cfg = compose_config("evaluate", "corpus=squad-open", "dataset=squad-open",
+                         "retriever=minilm", "granularity=sentence", *overrides)  # fmt: skip
+    assert cell_keys(cfg)["granularity"] == name

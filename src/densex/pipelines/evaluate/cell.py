@@ -50,7 +50,11 @@ def cell_keys(cfg: DictConfig) -> dict[str, Any]:
     keys["budget"] = cfg.get("budget")
     retriever = cfg.get("retriever")
     if isinstance(retriever, DictConfig) and retriever.get("late_chunking"):
-        keys["granularity"] = f"{keys['granularity']}-late"  # late chunking: a cell of its own
+        # late chunking: a cell of its own (`sentence-late`; a context other than the
+        # passage named too: `sentence-late-section`)
+        context = str(retriever.get("late_context") or "passage")
+        suffix = "-late" if context == "passage" else f"-late-{context}"
+        keys["granularity"] = f"{keys['granularity']}{suffix}"
     return keys
 
 
