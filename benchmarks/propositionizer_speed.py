@@ -278,7 +278,9 @@ def timed(model, tok, sources, batch, kwargs, beams, length=None) -> tuple[dict,
         model, tok, sources, batch, length or 512, beams, decode=keep, generate_kwargs=kw
     )
     seconds = time.perf_counter() - start
-    tokens = sum(len(r) - 1 for r in ids)
+    # forced: exactly `length` each (a random model may write the padding id, which the
+    # trailing-padding cut above would not count)
+    tokens = len(ids) * length if length is not None else sum(len(r) - 1 for r in ids)
     return {"seconds": seconds, "tokens_per_s": tokens / seconds, "n": len(sources)}, ids
 
 
@@ -346,7 +348,7 @@ def compare_t5(args, passages, teacher, tmp: Path) -> dict:
 
     from densex.propositionizer.ct2 import CT2Seq2Seq, converted_model
 
-    counts = {"flan-t5-base": 2 if args.quick else 8, "flan-t5-large": 1 if args.quick else 4}
+    counts = {"flan-t5-base": 2 if args.quick else 16, "flan-t5-large": 1 if args.quick else 8}
     out = {}
     for name, n in counts.items():
         chosen = passages[:n]

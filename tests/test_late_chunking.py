@@ -108,6 +108,32 @@ def test_late_vectors_equal_an_independent_reference(ten, late_store, minilm_pat
     assert cos.max() < 0.999 and cos.mean() > 0.5
 
 
+def test_the_reference_check_fails_when_spans_are_off_by_one_token(
+    ten, minilm_path, tmp_path, monkeypatch
+):
+    """The reference comparison above can fail: with every unit's token selection moved one
+    token to the right (the span mapping broken on purpose), the vectors leave the 1e-5
+    tolerance by orders of magnitude."""
+    import densex.retrieval.encode_data as encode_data
+    from densex.retrieval.late import LATE_INDEX
+
+    real = encode_data.tokenize_late
+
+    def off_by_one(encoder, contexts, overlap):
+        features = real(encoder, contexts, overlap)
+        features[LATE_INDEX] = features[LATE_INDEX] + torch.tensor([[0], [1]])
+        return features
+
+    monkeypatch.setattr(encode_data, "tokenize_late", off_by_one)
+    spec = {**MINILM, "late_chunking": True}
+    store = encode_units_to_dir(ten["files"]["sentence"], spec, tmp_path / "off", CPU)
+    units = _units(ten["files"]["sentence"])
+    ref = reference_late_vectors(minilm_path, ten["passages"], units)
+    expected = np.stack([ref[u["id"]] for u in units])
+    gap = np.abs(np.asarray(store.embeddings, dtype=np.float64) - expected).max()
+    assert gap > 1e-3, gap
+
+
 def test_a_killed_late_encoding_resumes_to_the_same_vectors(
     ten, late_store, tmp_path, monkeypatch
 ) -> None:
