@@ -152,3 +152,24 @@ def test_beam_dropping_check_fails_when_the_wrong_rows_are_kept(student, batch, 
     broken = _generate(model, batch, num_beams=2, **RULES[rules])
     assert calls and min(calls) > 1
     assert not _same(broken, kept)
+
+
+def test_beam_search_moves_only_the_targets_positions(student, batch, monkeypatch):
+    """Beam search reorders only the target positions of the cache (the beams of one example
+    share its source's keys and values): the same tokens as reordering every position, and
+    different ones when the target positions are not moved either (the check can fail)."""
+    model = student[0]
+    fast = _generate(model, batch, num_beams=2, **RULES["all"])
+    reorder = copy_decode.reorder_rows
+
+    def every_position(cache, order, filled, start=0):
+        return reorder(cache, order, filled, 0)
+
+    monkeypatch.setattr(copy_decode, "reorder_rows", every_position)
+    assert _same(_generate(model, batch, num_beams=2, **RULES["all"]), fast)
+
+    def none(cache, order, filled, start=0):
+        return reorder(cache, order, filled, filled)
+
+    monkeypatch.setattr(copy_decode, "reorder_rows", none)
+    assert not _same(_generate(model, batch, num_beams=2, **RULES["all"]), fast)

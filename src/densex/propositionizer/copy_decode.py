@@ -154,16 +154,18 @@ def with_room(cache: list, need: int) -> list:
     return [tuple(grow(a) for a in pair) for pair in cache]
 
 
-def reorder_rows(cache: list, order: torch.Tensor, filled: int) -> list:
+def reorder_rows(cache: list, order: torch.Tensor, filled: int, start: int = 0) -> list:
     """The buffers of `cache` with row i holding what row `order[i]` held, in place and over
-    the first `filled` positions only, copying just the rows that change (a beam that keeps
-    its place, as the best one mostly does, costs nothing)."""
+    positions `start` to `filled` only, copying just the rows that change (a beam that keeps
+    its place, as the best one mostly does, costs nothing). Beam search passes the source's
+    width as `start`: the beams of one example hold the same source keys and values, and a
+    beam only ever takes the place of a beam of its own example."""
     moved = (order != torch.arange(len(order), device=order.device)).nonzero().flatten()
     if len(moved):
         rows = order[moved]
         for pair in cache:
             for a in pair:
-                a[moved, :, :filled] = a[rows, :, :filled]
+                a[moved, :, start:filled] = a[rows, :, start:filled]
     return cache
 
 
@@ -427,7 +429,8 @@ def _beam(model: Any, src: dict, steps: int, k: int, drop_finished: bool = True)
         base = torch.arange(len(alive), device=seqs.device)[:, None] * k
         reorder = (base + beams).reshape(-1)
         seqs = torch.cat([seqs[reorder], tokens.reshape(-1, 1)], 1)
-        src["cache"] = reorder_rows(src["cache"], reorder, src["valid"].shape[1] + t + 1)
+        width = src["valid"].shape[1]  # the source's positions: the same in every beam
+        src["cache"] = reorder_rows(src["cache"], reorder, width + t + 1, start=width)
         if "coverage" in src:
             src["coverage"] = src["coverage"][reorder]
         if all(done):
