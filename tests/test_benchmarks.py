@@ -1,6 +1,7 @@
 """Every benchmark runs at a tiny size, as a user would start it (a fresh process), so none can
 rot unnoticed: each composes its config the way the entry scripts do, and its output says what
-it measured. Figures are never asserted (they live in the benchmarks' printed ratios)."""
+it measured. Figures are never asserted (they live in the benchmarks' printed ratios). The runs
+over 8 s are `slow` (`make test-slow`), so `make test` stays under its budget."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from helpers.env import REPO, subprocess_env
 
@@ -25,6 +27,7 @@ def run_benchmark(script: str, *args: str, timeout: int = 300) -> str:
     return proc.stdout
 
 
+@pytest.mark.slow  # over 8 s: `make test-slow`
 def test_encode_throughput_composes_the_retriever_group(squad_open: Path) -> None:
     # the group YAML has `defaults: [schema, _self_]`: loading it directly failed
     out = run_benchmark("encode_throughput.py", "--n", "12", "--batch-size", "4",
@@ -39,6 +42,7 @@ def test_hash_retriever_benchmark(squad_open: Path) -> None:
     assert re.search(r"dim 64: recall @5 [01]\.\d{3}", out)
 
 
+@pytest.mark.slow  # over 8 s: `make test-slow`
 def test_set_f1_benchmark(squad_open: Path) -> None:
     out = run_benchmark(
         "set_f1_bench.py", "--passages", "1", "--square", "8", "--bs-batch-sizes", "64"
@@ -47,6 +51,7 @@ def test_set_f1_benchmark(squad_open: Path) -> None:
     assert re.search(r"one call/passage .* ratio +[\d.]+x +max \|dF1\| ", out)
 
 
+@pytest.mark.slow  # over 8 s: `make test-slow`
 def test_propositionizer_probe(squad_open: Path) -> None:
     out = run_benchmark(
         "propositionizer_probe.py", "--steps", "1", "--batch", "2", "--held-out", "2", "3e-4@1"
@@ -55,6 +60,7 @@ def test_propositionizer_probe(squad_open: Path) -> None:
     assert re.search(r"3e-4@1 +[\d.]+ +[\d.]+ +[\d.]+ +-?[\d.]+", out)
 
 
+@pytest.mark.slow  # over 8 s: `make test-slow`
 def test_scale_benchmark(tmp_path: Path) -> None:
     out = run_benchmark("scale.py", "--units", "800", "--work", str(tmp_path))
     assert re.search(r"\| 800 \| evaluate.py \(hash\) \| [\d.]+ \| \d+ \|", out)
@@ -62,6 +68,7 @@ def test_scale_benchmark(tmp_path: Path) -> None:
     assert re.search(r"peak MB anon\+mapped: encode \d+\+\d+ build \d+\+\d+ search \d+\+\d+", out)
 
 
+@pytest.mark.slow  # over 8 s: `make test-slow`
 def test_peers_benchmark(squad_open: Path) -> None:
     out = run_benchmark("peers.py", "--n", "12", "--questions", "6", "--search-units", "3000",
                         "--queries", "40", "--square", "6")  # fmt: skip
