@@ -135,19 +135,27 @@ def test_concurrent_requests_share_encoder_calls(demo_index):
         assert [h["id"] for h in r.json()["results"]] == [h.id for h in hits]
 
 
-def test_serve_entry_reports_bad_input_in_one_line(repo_root, tmp_path):
+def _serve_exit(repo_root, tmp_path, *overrides: str):
+    """`serve.py` run as a user would, expected to stop with status 2 on bad input: the
+    process and its one `error (...)` line."""
     import subprocess
     import sys
 
     from helpers.env import subprocess_env
 
-    cmd = [sys.executable, str(repo_root / "serve.py"), "corpus=demo",
-           f"corpus.passages={tmp_path / 'missing.jsonl'}", "granularity=passage,proposition",
+    cmd = [sys.executable, str(repo_root / "serve.py"), *overrides,
            f"paths.cache_dir={tmp_path / 'cache'}", f"hydra.run.dir={tmp_path / 'run'}"]  # fmt: skip
     proc = subprocess.run(cmd, cwd=repo_root, env=subprocess_env(), capture_output=True,
                           text=True, timeout=300)  # fmt: skip
     assert proc.returncode == 2, proc.stderr[-2000:]
     (line,) = [x for x in proc.stderr.splitlines() if x.startswith("error (")]
+    return proc, line
+
+
+def test_serve_entry_reports_bad_input_in_one_line(repo_root, tmp_path):
+    _, line = _serve_exit(repo_root, tmp_path, "corpus=demo",
+                          f"corpus.passages={tmp_path / 'missing.jsonl'}",
+                          "granularity=passage,proposition")  # fmt: skip
     assert "missing.jsonl" in line
 
 
@@ -155,24 +163,13 @@ def test_serve_entry_logs_one_preflight_line(repo_root, tmp_path):
     """Each granularity is preflighted, and `preflight ok` is one line for all of them (it was
     printed once per granularity). `serve.sweep_dir=latest` with no sweep ends the entry
     right after the preflight, before any index is opened."""
-    import subprocess
-    import sys
-
-    from helpers.env import subprocess_env
-
-    run_dir = tmp_path / "run"
-    cmd = [sys.executable, str(repo_root / "serve.py"), "experiment=demo",
-           "serve.sweep_dir=latest", f"paths.log_dir={tmp_path / 'logs'}",
-           f"paths.cache_dir={tmp_path / 'cache'}", f"hydra.run.dir={run_dir}"]  # fmt: skip
-    proc = subprocess.run(cmd, cwd=repo_root, env=subprocess_env(), capture_output=True,
-                          text=True, timeout=300)  # fmt: skip
-    assert proc.returncode == 2, proc.stderr[-2000:]
-    (line,) = [x for x in proc.stderr.splitlines() if x.startswith("error (")]
+    proc, line = _serve_exit(repo_root, tmp_path, "experiment=demo", "serve.sweep_dir=latest",
+                             f"paths.log_dir={tmp_path / 'logs'}")  # fmt: skip
     assert "no finished multirun" in line
     printed = [x for x in (proc.stdout + proc.stderr).splitlines() if "preflight ok" in x]
     assert len(printed) == 1, printed
     assert "preflight ok: models retriever" in printed[0]
-    logged = (run_dir / "serve.log").read_text().splitlines()
+    logged = (tmp_path / "run" / "serve.log").read_text().splitlines()
     assert len([x for x in logged if "preflight ok" in x]) == 1
 
 
