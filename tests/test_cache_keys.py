@@ -129,7 +129,8 @@ CORPUS_UNITS_KEYS = {
 }
 
 
-def test_units_keys_of_the_shipped_corpora_are_unchanged() -> None:
+def test_units_keys_of_the_shipped_corpora_are_unchanged(squad_open) -> None:
+    """The shipped corpora (squad-open among them: its files are hashed) keep their keys."""
     got = {
         corpus: units_key(corpus_spec(compose_config("evaluate", f"corpus={corpus}").corpus))
         for corpus in CORPUS_UNITS_KEYS

@@ -157,7 +157,12 @@ def test_train_help_lists_exactly_the_groups_train_reads(repo_root):
 
 @pytest.mark.parametrize("rule", ["coverage_penalty=2", "no_repeat_proposition=true"])
 def test_a_copy_student_rule_on_another_model_names_the_key(repo_root, tiny_t5, tmp_path, rule):
-    generate = ["corpus=demo", "granularity=proposition", "corpus.propositions=null"]
+    generate = [
+        "corpus=demo",
+        "dataset=demo",
+        "granularity=proposition",
+        "corpus.propositions=null",
+    ]
     cfg = _cfg(repo_root, "evaluate", *generate, "propositionizer=model",
                f"propositionizer.model={tiny_t5}", f"propositionizer.{rule}")  # fmt: skip
     key = rule.split("=")[0]
