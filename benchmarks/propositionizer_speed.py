@@ -64,7 +64,7 @@ from densex.propositionizer.backbone import (
 )
 from densex.propositionizer.output import passage_source
 from densex.propositionizer.pairs import format_target
-from densex.utils.generation import eos_ids, generate_sorted
+from densex.utils.generation import generate_sorted
 from densex.utils.io import read_jsonl
 from densex.utils.logging import setup_logging
 from densex.utils.models import resolve_model
@@ -128,34 +128,15 @@ def run(
     rules: dict[str, Any],
     num_beams: int = 1,
 ) -> dict[str, float]:
-    """Generate for `sources`: exactly `length` tokens each, or (None) until the model ends.
-    Returns seconds, passages/s, generated tokens per passage and tokens/s."""
-    generated = []
-    eos, decode = eos_ids(model, tok), output_decoder(tok)
-
-    def count(ids: torch.Tensor, batch_sources: Sequence[str]) -> list[str]:
-        ended = torch.zeros_like(ids[:, 1:], dtype=torch.bool)  # column 0: the start token
-        for token in eos:
-            ended |= ids[:, 1:] == token
-        # up to and with the first end token; the full width where none (forced, or cut)
-        first = torch.where(ended.any(1), ended.int().argmax(1) + 1, ended.shape[1])
-        generated.extend(first.tolist())
-        return decode(ids, batch_sources) if decode else [""] * len(batch_sources)
-
-    kwargs: dict[str, Any] = dict(rules)
-    if length is not None:
-        kwargs["min_new_tokens"] = length
-    start = time.perf_counter()
-    generate_sorted(
-        model, tok, sources, batch, length or 512, num_beams, decode=count, generate_kwargs=kwargs
-    )
-    seconds = time.perf_counter() - start
-    tokens = sum(generated)
+    """Generate for `sources` (`timed`, the outputs also decoded to text, as the pipeline does):
+    exactly `length` tokens each, or (None) until the model ends. Returns seconds, passages/s,
+    generated tokens per passage and tokens/s."""
+    row, _ = timed(model, tok, sources, batch, rules, num_beams, length, output_decoder(tok))
     return {
-        "seconds": seconds,
-        "passages_per_s": len(sources) / seconds,
-        "tokens_per_passage": tokens / len(sources),
-        "tokens_per_s": tokens / seconds,
+        "seconds": row["seconds"],
+        "passages_per_s": len(sources) / row["seconds"],
+        "tokens_per_passage": row["tokens"] / len(sources),
+        "tokens_per_s": row["tokens_per_s"],
     }
 
 
@@ -257,9 +238,11 @@ STUDENT_PATHS = (  # name, generate kwargs, beams, the path it must equal (exact
 )
 
 
-def timed(model, tok, sources, batch, kwargs, beams, length=None) -> tuple[dict, list]:
-    """Generate for `sources` (`generate_sorted`, as the pipeline): the rate and each output's
-    ids (batch order; trailing padding cut)."""
+def timed(model, tok, sources, batch, kwargs, beams, length=None, decode=None) -> tuple[dict, list]:
+    """Generate for `sources` (`generate_sorted`, as the pipeline; `decode(ids, sources)` run on
+    each batch's output when given, timed with it): the rate and each output's ids (batch
+    order; trailing padding cut; a row's tokens are those up to and with its end token, or
+    exactly `length` when forced)."""
     ids: list[list[int]] = []
     pad = getattr(getattr(model, "generation_config", None), "pad_token_id", 0) or 0
 
@@ -268,7 +251,7 @@ def timed(model, tok, sources, batch, kwargs, beams, length=None) -> tuple[dict,
             while len(row) > 1 and row[-1] == pad:
                 row.pop()
             ids.append(row)
-        return [""] * len(batch_sources)
+        return decode(out, batch_sources) if decode else [""] * len(batch_sources)
 
     kw = dict(kwargs)
     if length is not None:
@@ -281,7 +264,12 @@ def timed(model, tok, sources, batch, kwargs, beams, length=None) -> tuple[dict,
     # forced: exactly `length` each (a random model may write the padding id, which the
     # trailing-padding cut above would not count)
     tokens = len(ids) * length if length is not None else sum(len(r) - 1 for r in ids)
-    return {"seconds": seconds, "tokens_per_s": tokens / seconds, "n": len(sources)}, ids
+    return {
+        "seconds": seconds,
+        "tokens": tokens,
+        "tokens_per_s": tokens / seconds,
+        "n": len(sources),
+    }, ids
 
 
 def hours(passages_per_s: float) -> str:
