@@ -22,14 +22,15 @@ of its propositions were duplicates); under beam search the banned hypothesis gi
 that goes on.
 
 Cheaper, same tokens (`benchmarks/propositionizer_speed.py` measures both): greedy leaves
-finished rows out of the batch (`DROP_FRACTION`) and verifies copy-span drafts (prompt-lookup
-decoding with the source as the draft: after the row's newest tokens, the source tokens that
-follow their longest match; `LOOKAHEAD` at most) in one pass through the cached layers, keeping
+finished rows out of the batch (`DROP_FRACTION`) and, when asked (`lookahead` k > 0; off by
+default, `LOOKAHEAD`: it measured slower), verifies copy-span drafts (prompt-lookup decoding
+with the source as the draft: after the row's newest tokens, the k source tokens that follow
+their longest match) in one pass through the cached layers, keeping
 the drafted tokens greedy would have written and greedy's next one. Each verified position sees
 what the one-token loop would have seen: its own n-gram history, the coverage of the positions
 before it (`copy_lm.covered_softmax`, position by position), and the decoding rules on the
 tokens up to it, so every rule stays on under lookahead. Beam search leaves finished examples
-out. Per step, time and memory grow with the batch's rows x (1 + drafted tokens) for the layers
+out and reorders only the target positions of the cache. Per step, time and memory grow with the batch's rows x (1 + drafted tokens) for the layers
 and the vocabulary mixture, and the cache with rows x (source + output length); exactness holds
 in exact arithmetic (float rounding may differ between batch shapes, as between batch sizes).
 

@@ -8,6 +8,7 @@ fields (`type`, `name`, another backend's options) are ignored.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 from collections.abc import Mapping
 from typing import Any, TypeVar
 
@@ -119,8 +120,6 @@ def cell_dirname(overrides: str, limit: int = CELL_NAME_LIMIT) -> str:
     an override boundary and a short hash of the whole (`granularity=mixed,...~1a2b3c4d`),
     so two cells never share a folder and no name exceeds the file system's limit (long
     overrides such as a list of fusion members or a decoding's ten settings)."""
-    import hashlib
-
     if len(overrides) <= limit:
         return overrides
     digest = hashlib.sha1(overrides.encode("utf-8")).hexdigest()[:8]

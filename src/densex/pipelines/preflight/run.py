@@ -96,6 +96,7 @@ def preflight(cfg: DictConfig, entry: str, announce: bool = True) -> dict[str, A
     if cfg.get("preflight") is False or (entry == "index" and cfg.get("stage") == "plan"):
         return {}  # stage=plan reads no input and loads no model: nothing to check
     info: dict[str, Any] = {"inputs": {}, "models": {}}
+    say = log.info if announce else log.debug  # the `preflight ok` line
     if entry == "train":
         if problem := resume_problem(cfg.get("ckpt_path"), cfg):
             raise PreflightError(problem)
@@ -109,7 +110,7 @@ def preflight(cfg: DictConfig, entry: str, announce: bool = True) -> dict[str, A
         info["n_questions"] = questions
         info["estimate_bytes"] = estimate_cell_bytes(cfg, questions)
         where = _output_dir(cfg)
-        (log.info if announce else log.debug)(
+        say(
             "preflight ok: %d questions; models %s; estimated outputs %s in %s (%s free)",
             questions,
             _models_text(info["models"]),
@@ -121,7 +122,7 @@ def preflight(cfg: DictConfig, entry: str, announce: bool = True) -> dict[str, A
     elif entry == "train":
         info["estimate_bytes"] = estimate_train_bytes(cfg, info["models"])
         where = _output_dir(cfg)
-        (log.info if announce else log.debug)(
+        say(
             "preflight ok: models %s; estimated checkpoints + export %s in %s (%s free)",
             _models_text(info["models"]),
             human_bytes(info["estimate_bytes"]),
@@ -131,7 +132,7 @@ def preflight(cfg: DictConfig, entry: str, announce: bool = True) -> dict[str, A
         warn_space(info["estimate_bytes"], where)
     else:
         cache = Path(str(cfg.paths.cache_dir))
-        (log.info if announce else log.debug)(
+        say(
             "preflight ok: models %s; artifacts go to %s (%s free)",
             _models_text(info["models"]),
             cache,
