@@ -251,3 +251,30 @@ def test_config_overrides_take_existing_attributes_only(copy_dir):
     assert checked_config_overrides(copy_dir, None) == {}
     with pytest.raises(ValueError, match=r"model\.config_overrides: \['coverage_lost'\]"):
         checked_config_overrides(copy_dir, {"coverage_lost": 1.0})
+
+
+def test_novel_label_tokens_weigh_more_in_the_loss(copy_dir):
+    """`novel_token_weight`: a label token found only in the read-only context (or nowhere in
+    the source) is novel; one in the sentence itself, the separator and `[SEP]` are not. The
+    weighted mean moves the loss toward the novel tokens' NLL, and weight 1 is the plain mean."""
+    from transformers import AutoTokenizer
+
+    from densex.propositionizer.copy_lm import label_weights
+    from densex.propositionizer.pairs import format_source
+
+    tok = AutoTokenizer.from_pretrained(copy_dir)
+    source = format_source("Genghis Khan", "", "He was born in 1162.", context="Temujin ruled.")
+    target = format_target(["Temujin was born in 1162.", "Temujin ruled."])
+    enc, lab = _batch(tok, [source], [target])
+    plain = load_seq2seq(copy_dir).eval()
+    weighted = load_seq2seq(copy_dir, novel_token_weight=3.0).eval()
+    w = label_weights(enc.input_ids, lab, weighted.config)
+    assert label_weights(enc.input_ids, lab, plain.config) is None
+    words = tok.convert_ids_to_tokens(lab[lab != -100].tolist())
+    heavy = {t for t, x in zip(words, w.tolist()) if x == 3.0}
+    # "temujin" and "ruled" are in the context only; "was born in 1162 ." are in the sentence
+    assert heavy == {"te", "##mu", "##jin", "ruled"}
+    args = dict(input_ids=enc.input_ids, attention_mask=enc.attention_mask, labels=lab)
+    with torch.no_grad():
+        a, b = plain(**args), weighted(**args)
+    assert float(a.loss) != pytest.approx(float(b.loss), rel=1e-3)

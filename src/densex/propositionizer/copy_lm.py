@@ -48,6 +48,7 @@ __all__ = [
     "content_positions",
     "coverage_loss",
     "covered_softmax",
+    "label_weights",
 ]
 
 MODEL_TYPE = COPY_MODEL_TYPE
@@ -60,7 +61,8 @@ class CopyLMConfig(BertConfig):
     separator's id, the target segment's token type, the decoding's `no_repeat_ngram_size`,
     `coverage_penalty` and `no_repeat_proposition` (null: none; `copy_decode.py`), kept
     here because config.json travels with an export, the training's `coverage_loss`
-    weight (0: none; `coverage_loss`), and the token ids of the source's content marker
+    weight (0: none; `coverage_loss`) and `novel_token_weight` (1: every label token
+    weighs the same; `label_weights`), and the token ids of the source's content marker
     (`pairs.CONTENT_MARKER`): coverage (penalty and loss) counts only the source positions
     after its last occurrence, so read-only context and the title may be copied at will
     (null, or no marker in a source: every position counts)."""
@@ -78,6 +80,7 @@ class CopyLMConfig(BertConfig):
         coverage_penalty: float | None = None,
         coverage_loss: float = 0.0,
         no_repeat_proposition: bool | None = None,
+        novel_token_weight: float = 1.0,
         content_marker_ids: list[int] | None = None,
         **kwargs: Any,
     ) -> None:
@@ -92,6 +95,7 @@ class CopyLMConfig(BertConfig):
         self.coverage_penalty = coverage_penalty
         self.coverage_loss = coverage_loss
         self.no_repeat_proposition = no_repeat_proposition
+        self.novel_token_weight = novel_token_weight
 
 
 @dataclass
@@ -287,7 +291,8 @@ class CopyPrefixLM(BertPreTrainedModel):
         decoder_input_ids: torch.Tensor | None = None,
         **_: Any,
     ) -> CopyLMOutput:
-        """Teacher-forced mean NLL of `labels` (B, T; -100 ignored) given the sources, plus
+        """Teacher-forced NLL of `labels` (B, T; -100 ignored) given the sources, averaged
+        with `label_weights` (a plain mean at `config.novel_token_weight` 1), plus
         `config.coverage_loss` x the copy attention's coverage loss when that weight is set."""
         if labels is None:
             return CopyLMOutput(loss=None)
@@ -306,7 +311,8 @@ class CopyPrefixLM(BertPreTrainedModel):
         src = self.source_view(h[:, : input_ids.shape[1]], input_ids, valid)
         h_target = h.gather(1, at[..., None].expand(-1, -1, h.shape[-1]))
         logp, weights = self.label_log_probs(h_target, src, labels, input_history(dec))
-        nll = -logp.mean()
+        w = label_weights(input_ids, labels, self.config)
+        nll = -(logp * w).sum() / w.sum() if w is not None else -logp.mean()
         lam = float(getattr(self.config, "coverage_loss", 0.0) or 0.0)
         if weights is None or lam == 0.0:
             return CopyLMOutput(loss=nll, nll=nll.detach())
@@ -400,6 +406,28 @@ def coverage_loss(weights: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
     w = torch.where(keep[..., None], weights.float(), 0.0)
     cover = w.cumsum(1) - w
     return torch.minimum(w, cover).sum(-1)[keep].mean()
+
+
+def label_weights(
+    input_ids: torch.Tensor, labels: torch.Tensor, config: Any
+) -> torch.Tensor | None:
+    """The NLL weight of each kept label (labels != -100, flattened like `label_log_probs`):
+    `config.novel_token_weight` for a *novel* token, one whose id is in no content position of
+    its source (`content_positions`: the sentence itself, not its read-only context or title)
+    and is not the proposition separator or `[SEP]`; 1 for the others. These are the words a
+    proposition adds to its sentence (the antecedent a pronoun stands for, the subject a clause
+    lacks, a restated verb), few and the ones a question names. None at weight 1."""
+    scale = float(getattr(config, "novel_token_weight", 1.0) or 1.0)
+    if scale == 1.0:
+        return None
+    content = torch.where(content_positions(input_ids, config), input_ids, -1)
+    keep = labels != -100
+    seen = (content[:, None, :] == labels[:, :, None]).any(-1)  # (B, T)
+    novel = ~seen
+    for closer in (config.eos_token_id, getattr(config, "prop_token_id", None)):
+        if closer is not None:
+            novel &= labels != closer
+    return torch.where(novel, scale, 1.0)[keep].float()
 
 
 def covered_softmax(scores: torch.Tensor, src: dict) -> torch.Tensor:
