@@ -14,8 +14,10 @@ and counts:
         corpus.propositions=null propositionizer=model propositionizer.model=<run>/hf_model \
         granularity=proposition dataset.path=HELD/test/questions.jsonl retriever=minilm
 
-The test articles at the default fractions are the five held-out articles of earlier runs
-(268 passages, 967 questions), so figures stay comparable.
+The default fractions are the copy student's experiment's
+(`conf/experiment/propositionizer-copy-cpu.yaml`: validation 4 articles, 245 passages); the test
+articles are the five held-out articles of earlier runs (268 passages, 967 questions) at any
+validation fraction, so figures stay comparable.
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ import argparse
 import json
 import os
 from pathlib import Path
+
+from omegaconf import OmegaConf
 
 from densex.data.squad_articles import article_questions
 from densex.propositionizer.pairs import split_articles
@@ -65,12 +69,21 @@ def heldout_split(
     return counts
 
 
+EXPERIMENT = Path(__file__).parents[1] / "conf/experiment/propositionizer-copy-cpu.yaml"
+
+
 def main() -> None:
     default = Path(os.environ.get("DENSEX_DATA_DIR", Path(__file__).parents[2] / "shared/data"))
+    val_fraction = float(OmegaConf.load(EXPERIMENT).data.val_fraction)
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--data-dir", type=Path, default=default / "squad-open")
     ap.add_argument("--out", type=Path, required=True)
-    ap.add_argument("--val-fraction", type=float, default=0.1, help="data.val_fraction")
+    ap.add_argument(
+        "--val-fraction",
+        type=float,
+        default=val_fraction,
+        help=f"data.val_fraction ({EXPERIMENT.name})",
+    )
     ap.add_argument("--test-fraction", type=float, default=0.1, help="data.test_fraction")
     args = ap.parse_args()
     print(json.dumps(heldout_split(args.data_dir, args.out, args.val_fraction, args.test_fraction)))

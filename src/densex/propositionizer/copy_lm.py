@@ -59,7 +59,8 @@ class CopyLMConfig(BertConfig):
     """BERT's config plus the student's: `use_copy` (False: the plain prefix LM, for the
     ablation), the copy attention's initial scale and n-gram bonus, the proposition
     separator's id, the target segment's token type, the decoding's `no_repeat_ngram_size`,
-    `coverage_penalty` and `no_repeat_proposition` (null: none; `copy_decode.py`), kept
+    `coverage_penalty`, `no_repeat_proposition` and `prop_bonus` (null: none;
+    `copy_decode.py`), kept
     here because config.json travels with an export, the training's `coverage_loss`
     weight (0: none; `coverage_loss`) and `novel_token_weight` (1: every label token
     weighs the same; `label_weights`), and the token ids of the source's content marker
@@ -81,6 +82,7 @@ class CopyLMConfig(BertConfig):
         coverage_loss: float = 0.0,
         no_repeat_proposition: bool | None = None,
         novel_token_weight: float = 1.0,
+        prop_bonus: float | None = None,
         content_marker_ids: list[int] | None = None,
         **kwargs: Any,
     ) -> None:
@@ -96,6 +98,7 @@ class CopyLMConfig(BertConfig):
         self.coverage_loss = coverage_loss
         self.no_repeat_proposition = no_repeat_proposition
         self.novel_token_weight = novel_token_weight
+        self.prop_bonus = prop_bonus
 
 
 @dataclass
@@ -370,6 +373,7 @@ class CopyPrefixLM(BertPreTrainedModel):
         no_repeat_ngram_size: int | None = None,
         coverage_penalty: float | None = None,
         no_repeat_proposition: bool | None = None,
+        prop_bonus: float | None = None,
         lookahead: int | None = None,
         drop_finished: bool = True,
         **_: Any,
@@ -384,6 +388,8 @@ class CopyPrefixLM(BertPreTrainedModel):
             coverage_penalty = getattr(self.config, "coverage_penalty", None)
         if no_repeat_proposition is None:
             no_repeat_proposition = getattr(self.config, "no_repeat_proposition", None)
+        if prop_bonus is None:
+            prop_bonus = getattr(self.config, "prop_bonus", None)
         return decode(
             self,
             input_ids,
@@ -395,6 +401,7 @@ class CopyPrefixLM(BertPreTrainedModel):
             no_repeat_proposition,
             lookahead,
             drop_finished,
+            prop_bonus,
         )
 
 

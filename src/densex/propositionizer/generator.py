@@ -70,6 +70,7 @@ class PropositionGenerator(pl.LightningModule):
         no_repeat_ngram_size: int | None = None,
         coverage_penalty: float | None = None,
         no_repeat_proposition: bool | None = None,
+        prop_bonus: float | None = None,
         lookahead: int | None = None,
         runtime: str = "torch",
         quantization: str = "auto",
@@ -94,6 +95,7 @@ class PropositionGenerator(pl.LightningModule):
             "no_repeat_ngram_size": no_repeat_ngram_size,
             "coverage_penalty": coverage_penalty,
             "no_repeat_proposition": no_repeat_proposition,
+            "prop_bonus": prop_bonus,
             "lookahead": lookahead,  # the copy student's; null: its default (copy_decode)
         }
         self.generate_kwargs = {k: v for k, v in rules.items() if v is not None}

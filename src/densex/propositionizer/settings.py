@@ -31,7 +31,12 @@ class PropositionizerSettings(ParseLimits):
 
 # ModelSettings' decoding rules, passed to `generate` and keyed only when set (they came after
 # published keys)
-DECODING_RULES = ("no_repeat_ngram_size", "coverage_penalty", "no_repeat_proposition")
+DECODING_RULES = (
+    "no_repeat_ngram_size",
+    "coverage_penalty",
+    "no_repeat_proposition",
+    "prop_bonus",
+)
 
 
 @dataclass
@@ -53,6 +58,9 @@ class ModelSettings(PropositionizerSettings):
     coverage_penalty: float | None = None
     # the copy student only: never close a proposition equal to one already written
     no_repeat_proposition: bool | None = None
+    # the copy student only: add this to the log-probability of the proposition separator at
+    # every step (> 0: a sentence is split into more, shorter propositions)
+    prop_bonus: float | None = None
     # one model input per sentence (title and section as context), a passage's propositions
     # its sentences' in order (sentence_inputs.py); false: one input per passage, as the paper
     per_sentence: bool = False
