@@ -30,7 +30,8 @@ Without specs (the default) it compares side by side, in one run (`compare`; und
 on 2 cores, `--quick` about one): the student per sentence (`--context` earlier sentences as
 context, coverage penalty `--beta`) by today's paths (beam 4 and plain greedy, every row
 computed to the end) and the cheaper ones (`copy_decode.py`: finished rows dropped, copy-span
-lookahead of 2 and 8 tokens, bf16 where the CPU has it), with each one's identical-output rate
+lookahead of 2 and 8 tokens, bf16 where the CPU has it, a vocabulary shortlist `--shortlist`),
+with each one's identical-output rate
 against its exact reference; then the Flan-T5-base and -large shapes through transformers fp32
 and CTranslate2 int8 (same forced lengths, tokens/s); FactoidWiki hours for each on one such
 machine and on a 100-node array; the rates go to `--record` (read by `index.py stage=plan`). Its last lines:
@@ -152,6 +153,8 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--beta", type=float, default=1.0, help="the student's coverage penalty")
     ap.add_argument("--no-repeat-proposition", action="store_true", help="the student's rule")
+    ap.add_argument("--prop-bonus", type=float, default=None, help="the student's rule")
+    ap.add_argument("--shortlist", help="compare: also the student with this shortlist file")
     ap.add_argument("--cores", action="store_true", help="1 process x 2 threads vs 2 x 1")
     ap.add_argument("--gpu", action="store_true", help="flan-t5-large on CUDA: bf16 torch vs ct2")
     ap.add_argument("--quick", action="store_true", help="compare: a few inputs (a minute)")
@@ -301,9 +304,17 @@ def compare_student(args, passages, tmp: Path) -> dict:
     rules = {"coverage_penalty": args.beta} if args.beta else {}
     if args.no_repeat_proposition:
         rules["no_repeat_proposition"] = True
+    if args.prop_bonus:
+        rules["prop_bonus"] = args.prop_bonus
     paths = list(STUDENT_PATHS)
     if cpu_has_bf16():
         paths.append(("greedy, rows dropped, bf16", {"dtype": torch.bfloat16}, 1, "greedy (today)"))
+    if args.shortlist:  # approximate: identical-output rates say how much
+        from densex.propositionizer.shortlist import load_shortlist
+
+        short = {"shortlist": load_shortlist(args.shortlist, model.config.vocab_size)}
+        paths.append(("beam 4, shortlist", short, 4, "beam 4 (today)"))
+        paths.append(("greedy, shortlist", {"lookahead": 0, **short}, 1, "greedy (today)"))
     print(f"student {student}: {n} passages, {len(sources)} sentence inputs, batch {args.batch}")
     print(
         f"{'path':<26} {'passages/s':>10} {'tokens/s':>9} {'identical':>9} {'41M: 1 machine':>14} {'100 nodes':>10}"

@@ -21,7 +21,9 @@ a sentence's next clause as a proposition of its own writes the previous one aga
 of its propositions were duplicates); under beam search the banned hypothesis gives way to one
 that goes on. `prop_bonus` b adds b to the separator's log-probability at every step (not
 renormalised): a student that writes fewer propositions than its teacher (a whole clause kept
-in one) splits more where it already leans to split.
+in one) splits more where it already leans to split. A `shortlist` restricts the vocabulary
+path to the batch's source tokens plus the few the student adds to its sources
+(`with_shortlist`): cheaper steps, outputs that may differ (measured, not assumed).
 
 Cheaper, same tokens (`benchmarks/propositionizer_speed.py` measures both): greedy leaves
 finished rows out of the batch (`DROP_FRACTION`) and, when asked (`lookahead` k > 0; off by
@@ -77,6 +79,7 @@ def decode(
     lookahead: int | None = None,
     drop_finished: bool = True,
     prop_bonus: float | None = None,
+    shortlist: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Generated ids (B, 1 + n) for each source row (module docstring). Greedy decoding
     verifies up to `lookahead` drafted source tokens per step (None: `LOOKAHEAD`, off; 0: one
@@ -84,6 +87,8 @@ def decode(
     out of the batch; `lookahead` 0 without `drop_finished` is the plain one-token loop
     (`_greedy`), which the others equal token for token."""
     src = model.encode_source(input_ids, attention_mask)
+    if shortlist is not None:
+        src["shortlist"] = with_shortlist(model, shortlist, input_ids[attention_mask.bool()])
     src["no_repeat"] = int(no_repeat_ngram_size or 0)
     if no_repeat_proposition:
         cfg = model.config
@@ -106,6 +111,18 @@ def decode(
         pad = out.new_full((out.shape[0], max_new_tokens - steps), model.config.pad_token_id)
         out = torch.cat([out, pad], 1)
     return out
+
+
+def with_shortlist(model: Any, shortlist: torch.Tensor, sources: torch.Tensor) -> tuple:
+    """The vocabulary path's shortlist for one batch (`copy_lm.vocab_log_probs`): the ids of
+    `shortlist` (the tokens a student adds to its sources, `shortlist.py`), every token of the
+    batch's `sources`, `[PROP]` and `[SEP]`, sorted, with their tied embeddings and biases
+    (gathered once a batch; a tuple, so the per-row bookkeeping leaves it whole)."""
+    cfg = model.config
+    closers = sources.new_tensor([cfg.prop_token_id, cfg.eos_token_id])
+    ids = torch.cat([shortlist.to(sources), sources, closers]).unique()
+    weight = model.bert.embeddings.word_embeddings.weight[ids]
+    return ids, weight, model.vocab_bias[ids]
 
 
 def decode_step(model: Any, src: dict, cache: list, fed: torch.Tensor, t: int) -> tuple:

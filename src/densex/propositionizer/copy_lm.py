@@ -228,6 +228,19 @@ class CopyPrefixLM(BertPreTrainedModel):
         z = self.transform_norm(self.transform(h))
         return F.linear(z, self.bert.embeddings.word_embeddings.weight, self.vocab_bias)
 
+    def vocab_log_probs(self, h: torch.Tensor, shortlist: tuple | None = None) -> torch.Tensor:
+        """The vocabulary path's log-probabilities (…, V), fp32. With a `shortlist` (token
+        ids (K,), their tied embeddings (K, h) and biases (K,): `copy_decode.with_shortlist`)
+        only those K logits are computed and normalised, every other token gets -inf: the
+        projection onto the vocabulary, half a step's arithmetic, shrinks V/K-fold."""
+        if shortlist is None:
+            return self.vocab_logits(h).float().log_softmax(-1)
+        ids, weight, bias = shortlist
+        z = self.transform_norm(self.transform(h))
+        short = F.linear(z, weight, bias).float().log_softmax(-1)
+        logp = short.new_full((*short.shape[:-1], self.config.vocab_size), float("-inf"))
+        return logp.index_copy_(-1, ids, short)
+
     def copy_attention(
         self, h: torch.Tensor, src: dict, history: torch.Tensor
     ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
@@ -267,7 +280,7 @@ class CopyPrefixLM(BertPreTrainedModel):
         `weights` (B, T, S-1) and the log `gates`), so a decoder that has it need not
         recompute it (`copy_decode`'s lookahead mixes at one position of several)."""
         log_gen, log_copy = gates
-        logp = self.vocab_logits(h).float().log_softmax(-1)
+        logp = self.vocab_log_probs(h, src.get("shortlist"))
         index = src["copy_ids"][:, None, :].expand(-1, h.shape[1], -1)
         copy = torch.zeros_like(logp).scatter_add_(-1, index, weights.float())
         # the copy path has mass only at the source's token ids: mix there, not over the
@@ -376,12 +389,14 @@ class CopyPrefixLM(BertPreTrainedModel):
         prop_bonus: float | None = None,
         lookahead: int | None = None,
         drop_finished: bool = True,
+        shortlist: torch.Tensor | None = None,
         **_: Any,
     ) -> torch.Tensor:
         """Greedy (`num_beams` 1) or beam decoding (`copy_decode.decode`); a null decoding rule
         takes the config's. `lookahead` (greedy's drafted source tokens per step; null:
         `copy_decode.LOOKAHEAD`, 0: one token a step) and `drop_finished` change the cost,
-        not the tokens."""
+        not the tokens; a `shortlist` (token ids the vocabulary path may write besides the
+        sources' own, `copy_decode.with_shortlist`) changes both."""
         if no_repeat_ngram_size is None:
             no_repeat_ngram_size = getattr(self.config, "no_repeat_ngram_size", None)
         if coverage_penalty is None:
@@ -402,6 +417,7 @@ class CopyPrefixLM(BertPreTrainedModel):
             lookahead,
             drop_finished,
             prop_bonus,
+            shortlist,
         )
 
 

@@ -18,6 +18,7 @@ from torch.utils.data import DataLoader, IterableDataset
 
 from densex.propositionizer.backbone import load_seq2seq, output_decoder
 from densex.propositionizer.fingerprint import runtime_dtype
+from densex.propositionizer.surface import COPY_MODEL_TYPE
 from densex.utils.generation import generate_sorted
 from densex.utils.io import DataError, read_jsonl, write_jsonl
 from densex.utils.locks import claim_each, release
@@ -71,6 +72,7 @@ class PropositionGenerator(pl.LightningModule):
         coverage_penalty: float | None = None,
         no_repeat_proposition: bool | None = None,
         prop_bonus: float | None = None,
+        shortlist: str | None = None,
         lookahead: int | None = None,
         runtime: str = "torch",
         quantization: str = "auto",
@@ -99,6 +101,7 @@ class PropositionGenerator(pl.LightningModule):
             "lookahead": lookahead,  # the copy student's; null: its default (copy_decode)
         }
         self.generate_kwargs = {k: v for k, v in rules.items() if v is not None}
+        self.shortlist = shortlist  # a file, read at setup (shortlist.py)
         self.dtype_name = dtype
         self.model = None
         self.tokenizer = None
@@ -119,6 +122,20 @@ class PropositionGenerator(pl.LightningModule):
         # AutoTokenizer reads its config.json as an unknown model type and warns
         self.tokenizer = AutoTokenizer.from_pretrained(self.model_name_or_path)
         self.tokenizer.model_max_length = self.max_source_length
+        if self.shortlist is not None:
+            self.generate_kwargs["shortlist"] = self._shortlist()
+
+    def _shortlist(self) -> torch.Tensor:
+        """The shortlist file's token ids, for a copy student only."""
+        from densex.propositionizer.shortlist import load_shortlist
+
+        kind = self.model.config.model_type
+        if kind != COPY_MODEL_TYPE:
+            raise ValueError(
+                f"propositionizer.shortlist is for the copy student ({COPY_MODEL_TYPE}), "
+                f"not {kind!r} ({self.model_name_or_path})"
+            )
+        return load_shortlist(self.shortlist, self.model.config.vocab_size)
 
     def _ctranslate2(self) -> tuple[Any, Any]:
         """The checkpoint through CTranslate2 (`ct2.py`): converted once into `convert_dir`

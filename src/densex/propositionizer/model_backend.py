@@ -55,7 +55,7 @@ def _generation_settings(
     names = ("batch_size", "max_source_length", "max_new_tokens", "num_beams")
     settings = {k: getattr(opts, k) for k in names}
     settings["dtype"] = effective_dtype(opts.dtype, trainer_args)
-    for rule in (*DECODING_RULES, "lookahead"):  # named only when set
+    for rule in (*DECODING_RULES, "lookahead", "shortlist"):  # named only when set
         if getattr(opts, rule) is not None:
             settings[rule] = getattr(opts, rule)
     if opts.runtime != "torch":
@@ -266,6 +266,8 @@ def _shards_key(
     per_sentence = {"per_sentence": True} if opts.per_sentence else {}  # old keys unchanged
     if opts.per_sentence and opts.context_sentences:
         per_sentence["context_sentences"] = opts.context_sentences
+    if opts.shortlist:  # the file's content, not only its path
+        per_sentence["shortlist_sha256"] = hash_file(Path(opts.shortlist))
     return content_key(
         model=fingerprint,
         passages=passages_sha,

@@ -61,6 +61,10 @@ class ModelSettings(PropositionizerSettings):
     # the copy student only: add this to the log-probability of the proposition separator at
     # every step (> 0: a sentence is split into more, shorter propositions)
     prop_bonus: float | None = None
+    # the copy student only: a shortlist file (shortlist.py; scripts/copy_shortlist.py builds
+    # it from the training pairs): the vocabulary path writes only its tokens and the batch's
+    # source tokens, a cheaper step whose outputs may differ; keyed by the file's content
+    shortlist: str | None = None
     # one model input per sentence (title and section as context), a passage's propositions
     # its sentences' in order (sentence_inputs.py); false: one input per passage, as the paper
     per_sentence: bool = False

@@ -42,6 +42,8 @@ def propositions_key(cfg: DictConfig, passages_path: Path) -> str:
         if not settings.get(name):
             settings.pop(name, None)
     settings.pop("lookahead", None)  # the same tokens, whatever its value
+    if settings.get("shortlist") is None:
+        settings.pop("shortlist", None)
     if settings.get("runtime", "torch") == "torch":  # keyed only for another runtime
         for name in ("runtime", "quantization", "max_batch_tokens"):
             settings.pop(name, None)
@@ -51,6 +53,8 @@ def propositions_key(cfg: DictConfig, passages_path: Path) -> str:
         content["model"] = model_fingerprint(resolve_model(str(settings["model"])))
         # `auto` means bf16 on a GPU and fp32 on CPU: key by what generation really runs in
         content["dtype"] = effective_dtype(str(settings.get("dtype", "auto")), trainer_args(cfg))
+        if settings.get("shortlist"):  # the file's content, not only its path
+            content["shortlist"] = hash_file(Path(str(settings["shortlist"])))
     if ptype == "teacher" or settings.get("prompt"):
         prompt = settings.get("prompt")
         if not prompt:
