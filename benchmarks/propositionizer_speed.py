@@ -154,6 +154,7 @@ def main() -> None:
     ap.add_argument("--beta", type=float, default=1.0, help="the student's coverage penalty")
     ap.add_argument("--no-repeat-proposition", action="store_true", help="the student's rule")
     ap.add_argument("--prop-bonus", type=float, default=None, help="the student's rule")
+    ap.add_argument("--title-penalty", type=float, default=None, help="the student's rule")
     ap.add_argument("--shortlist", help="compare: also the student with this shortlist file")
     ap.add_argument("--cores", action="store_true", help="1 process x 2 threads vs 2 x 1")
     ap.add_argument("--gpu", action="store_true", help="flan-t5-large on CUDA: bf16 torch vs ct2")
@@ -306,6 +307,8 @@ def compare_student(args, passages, tmp: Path) -> dict:
         rules["no_repeat_proposition"] = True
     if args.prop_bonus:
         rules["prop_bonus"] = args.prop_bonus
+    if args.title_penalty:
+        rules["title_penalty"] = args.title_penalty
     paths = list(STUDENT_PATHS)
     if cpu_has_bf16():
         paths.append(("greedy, rows dropped, bf16", {"dtype": torch.bfloat16}, 1, "greedy (today)"))

@@ -390,6 +390,7 @@ class CopyPrefixLM(BertPreTrainedModel):
         lookahead: int | None = None,
         drop_finished: bool = True,
         shortlist: torch.Tensor | None = None,
+        title_penalty: float | None = None,
         **_: Any,
     ) -> torch.Tensor:
         """Greedy (`num_beams` 1) or beam decoding (`copy_decode.decode`); a null decoding rule
@@ -418,6 +419,7 @@ class CopyPrefixLM(BertPreTrainedModel):
             drop_finished,
             prop_bonus,
             shortlist,
+            title_penalty,
         )
 
 

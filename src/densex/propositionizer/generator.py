@@ -72,6 +72,7 @@ class PropositionGenerator(pl.LightningModule):
         coverage_penalty: float | None = None,
         no_repeat_proposition: bool | None = None,
         prop_bonus: float | None = None,
+        title_penalty: float | None = None,
         shortlist: str | None = None,
         lookahead: int | None = None,
         runtime: str = "torch",
@@ -98,6 +99,7 @@ class PropositionGenerator(pl.LightningModule):
             "coverage_penalty": coverage_penalty,
             "no_repeat_proposition": no_repeat_proposition,
             "prop_bonus": prop_bonus,
+            "title_penalty": title_penalty,
             "lookahead": lookahead,  # the copy student's; null: its default (copy_decode)
         }
         self.generate_kwargs = {k: v for k, v in rules.items() if v is not None}

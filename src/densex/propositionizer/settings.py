@@ -36,6 +36,7 @@ DECODING_RULES = (
     "coverage_penalty",
     "no_repeat_proposition",
     "prop_bonus",
+    "title_penalty",
 )
 
 
@@ -61,6 +62,9 @@ class ModelSettings(PropositionizerSettings):
     # the copy student only: add this to the log-probability of the proposition separator at
     # every step (> 0: a sentence is split into more, shorter propositions)
     prop_bonus: float | None = None
+    # the copy student only: subtract this from the log-probability of each title word piece
+    # that the sentence lacks (copy_decode.title_only), at every step
+    title_penalty: float | None = None
     # the copy student only: a shortlist file (shortlist.py; scripts/copy_shortlist.py builds
     # it from the training pairs): the vocabulary path writes only its tokens and the batch's
     # source tokens, a cheaper step whose outputs may differ; keyed by the file's content

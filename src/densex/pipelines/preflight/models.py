@@ -20,7 +20,12 @@ from densex.propositionizer.surface import COPY_MODEL_TYPE
 from densex.utils.models import resolve_model
 
 # decoding rules that exist for the copy-aware student only (`copy_decode.py`)
-COPY_STUDENT_RULES = ("coverage_penalty", "no_repeat_proposition", "prop_bonus")
+COPY_STUDENT_RULES = (
+    "coverage_penalty",
+    "no_repeat_proposition",
+    "prop_bonus",
+    "title_penalty",
+)
 
 
 def check_retrieval_models(cfg: DictConfig, entry: str) -> dict[str, str]:
