@@ -298,11 +298,11 @@ def test_prop_bonus_reaches_generation_and_splits_more(copy_dir, sentences, num_
 
 
 def test_title_penalty_marks_the_title_pieces_the_sentence_lacks(copy_dir):
-    """`copy_decode.title_only`: the title's word pieces absent from the sentence (not from
+    """`copy_lm.title_only`: the title's word pieces absent from the sentence (not from
     the context), none for a title with a colon of its own (where the title is read to end)."""
     from transformers import AutoTokenizer
 
-    from densex.propositionizer.copy_decode import title_only
+    from densex.propositionizer.copy_lm import title_only
     from densex.propositionizer.pairs import format_source
 
     tok = AutoTokenizer.from_pretrained(copy_dir)

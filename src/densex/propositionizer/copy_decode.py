@@ -25,7 +25,7 @@ in one) splits more where it already leans to split. A `shortlist` restricts the
 path to the batch's source tokens plus the few the student adds to its sources
 (`with_shortlist`): cheaper steps, outputs that may differ (measured, not assumed).
 `title_penalty` λ subtracts λ from the log-probability of every word piece of the title that
-the sentence itself lacks (`title_only`): a student that makes the article's title the subject
+the sentence itself lacks (`copy_lm.title_only`): a student that makes the article's title the subject
 of propositions whose sentence is about something else (14% of its propositions on the
 validation articles begin with the title, 1.3% of the teacher's) is held back from it.
 
@@ -101,7 +101,7 @@ def decode(
     if prop_bonus:
         src["prop_bonus"] = float(prop_bonus)
     if title_penalty:  # per row: the title's word pieces its sentence lacks, penalised
-        src["title_penalty"] = title_only(input_ids, model.config) * float(title_penalty)
+        src["title_penalty"] = model.title_pieces(input_ids) * float(title_penalty)
     if coverage_penalty:  # the copy attention summed over the steps so far, per candidate
         src["coverage"] = torch.zeros(src["copy_ids"].shape, device=input_ids.device)
         src["coverage_penalty"] = float(coverage_penalty)
@@ -130,29 +130,6 @@ def with_shortlist(model: Any, shortlist: torch.Tensor, sources: torch.Tensor) -
     ids = torch.cat([shortlist.to(sources), sources, closers]).unique()
     weight = model.bert.embeddings.word_embeddings.weight[ids]
     return ids, weight, model.vocab_bias[ids]
-
-
-def title_only(input_ids: torch.Tensor, config: Any) -> torch.Tensor:
-    """(B, V) float: 1 at each word piece of a row's title that its content (the sentence,
-    `copy_lm.content_positions`) lacks, else 0. The title is read off the source format
-    `[CLS] title : {title} . section : ...` (`pairs.format_source`): from position 3 to the
-    token before the first marker word (a token followed by the `:` of position 2); a title
-    with a colon of its own ends there."""
-    from densex.propositionizer.copy_lm import content_positions  # copy_lm imports this module
-
-    b, s = input_ids.shape
-    out = torch.zeros(b, config.vocab_size, device=input_ids.device)
-    if s < 6:
-        return out
-    colon = input_ids[:, 2:3]
-    marker = (input_ids[:, 4:] == colon).float().argmax(1) + 3  # the word before that colon
-    pos = torch.arange(s, device=input_ids.device)[None, :]
-    title = (pos >= 3) & (pos < marker[:, None] - 1)  # the "." before the marker left out
-    content = content_positions(input_ids, config)
-    in_content = torch.zeros_like(out).scatter_(1, torch.where(content, input_ids, 0), 1.0)
-    out.scatter_(1, torch.where(title, input_ids, 0), 1.0)
-    out[:, 0] = 0.0  # the fill index above
-    return out * (1.0 - in_content)
 
 
 def decode_step(model: Any, src: dict, cache: list, fed: torch.Tensor, t: int) -> tuple:

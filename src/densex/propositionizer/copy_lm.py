@@ -49,6 +49,7 @@ __all__ = [
     "coverage_loss",
     "covered_softmax",
     "label_weights",
+    "title_only",
 ]
 
 MODEL_TYPE = COPY_MODEL_TYPE
@@ -291,6 +292,11 @@ class CopyPrefixLM(BertPreTrainedModel):
         )
         return out.scatter_(-1, index, mixed)
 
+    def title_pieces(self, input_ids: torch.Tensor) -> torch.Tensor:
+        """`title_only` of these sources under this model's config (the title penalty's
+        word pieces, `copy_decode`)."""
+        return title_only(input_ids, self.config)
+
     # ---- training ----------------------------------------------------------------------------
     def prepare_decoder_input_ids_from_labels(self, labels: torch.Tensor) -> torch.Tensor:
         """Teacher-forcing inputs: the labels shifted right after the start token `[CLS]`,
@@ -472,6 +478,27 @@ def covered_softmax(scores: torch.Tensor, src: dict) -> torch.Tensor:
         trace.append(coverage)
     src["coverage"], src["coverage_trace"] = coverage, torch.stack(trace, 1)
     return torch.stack(weights, 1)
+
+
+def title_only(input_ids: torch.Tensor, config: Any) -> torch.Tensor:
+    """(B, V) float: 1 at each word piece of a row's title that its content (the sentence,
+    `copy_lm.content_positions`) lacks, else 0. The title is read off the source format
+    `[CLS] title : {title} . section : ...` (`pairs.format_source`): from position 3 to the
+    token before the first marker word (a token followed by the `:` of position 2); a title
+    with a colon of its own ends there."""
+    b, s = input_ids.shape
+    out = torch.zeros(b, config.vocab_size, device=input_ids.device)
+    if s < 6:
+        return out
+    colon = input_ids[:, 2:3]
+    marker = (input_ids[:, 4:] == colon).float().argmax(1) + 3  # the word before that colon
+    pos = torch.arange(s, device=input_ids.device)[None, :]
+    title = (pos >= 3) & (pos < marker[:, None] - 1)  # the "." before the marker left out
+    content = content_positions(input_ids, config)
+    in_content = torch.zeros_like(out).scatter_(1, torch.where(content, input_ids, 0), 1.0)
+    out.scatter_(1, torch.where(title, input_ids, 0), 1.0)
+    out[:, 0] = 0.0  # the fill index above
+    return out * (1.0 - in_content)
 
 
 def content_positions(input_ids: torch.Tensor, config: Any) -> torch.Tensor:

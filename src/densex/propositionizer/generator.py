@@ -18,7 +18,7 @@ from torch.utils.data import DataLoader, IterableDataset
 
 from densex.propositionizer.backbone import load_seq2seq, output_decoder
 from densex.propositionizer.fingerprint import runtime_dtype
-from densex.propositionizer.surface import COPY_MODEL_TYPE
+from densex.propositionizer.shortlist import model_shortlist
 from densex.utils.generation import generate_sorted
 from densex.utils.io import DataError, read_jsonl, write_jsonl
 from densex.utils.locks import claim_each, release
@@ -105,8 +105,7 @@ class PropositionGenerator(pl.LightningModule):
         self.generate_kwargs = {k: v for k, v in rules.items() if v is not None}
         self.shortlist = shortlist  # a file, read at setup (shortlist.py)
         self.dtype_name = dtype
-        self.model = None
-        self.tokenizer = None
+        self.model = self.tokenizer = None
 
     def setup(self, stage: str | None = None) -> None:
         if self.model is not None:
@@ -125,19 +124,7 @@ class PropositionGenerator(pl.LightningModule):
         self.tokenizer = AutoTokenizer.from_pretrained(self.model_name_or_path)
         self.tokenizer.model_max_length = self.max_source_length
         if self.shortlist is not None:
-            self.generate_kwargs["shortlist"] = self._shortlist()
-
-    def _shortlist(self) -> torch.Tensor:
-        """The shortlist file's token ids, for a copy student only."""
-        from densex.propositionizer.shortlist import load_shortlist
-
-        kind = self.model.config.model_type
-        if kind != COPY_MODEL_TYPE:
-            raise ValueError(
-                f"propositionizer.shortlist is for the copy student ({COPY_MODEL_TYPE}), "
-                f"not {kind!r} ({self.model_name_or_path})"
-            )
-        return load_shortlist(self.shortlist, self.model.config.vocab_size)
+            self.generate_kwargs["shortlist"] = model_shortlist(self.model, self.shortlist)
 
     def _ctranslate2(self) -> tuple[Any, Any]:
         """The checkpoint through CTranslate2 (`ct2.py`): converted once into `convert_dir`

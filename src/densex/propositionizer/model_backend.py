@@ -255,10 +255,7 @@ _NOT_KEYED = ("batch_size", "max_batch_tokens", "lookahead")  # cost, not tokens
 
 
 def _shards_key(
-    fingerprint: dict[str, Any],
-    passages_sha: str,
-    opts: ModelSettings,
-    settings: dict[str, Any],
+    fingerprint: dict[str, Any], passages_sha: str, opts: ModelSettings, settings: dict[str, Any]
 ) -> str:
     """The shard directory's key: model, passages, shard size and the generation settings.
     batch_size and dtype do not change greedy outputs in principle, but bf16 vs fp32 can flip
@@ -266,7 +263,7 @@ def _shards_key(
     per_sentence = {"per_sentence": True} if opts.per_sentence else {}  # old keys unchanged
     if opts.per_sentence and opts.context_sentences:
         per_sentence["context_sentences"] = opts.context_sentences
-    if opts.shortlist:  # the file's content, not only its path
+    if opts.shortlist:  # keyed by the file's content, not only its path
         per_sentence["shortlist_sha256"] = hash_file(Path(opts.shortlist))
     return content_key(
         model=fingerprint,

@@ -63,7 +63,7 @@ class ModelSettings(PropositionizerSettings):
     # every step (> 0: a sentence is split into more, shorter propositions)
     prop_bonus: float | None = None
     # the copy student only: subtract this from the log-probability of each title word piece
-    # that the sentence lacks (copy_decode.title_only), at every step
+    # that the sentence lacks (copy_lm.title_only), at every step
     title_penalty: float | None = None
     # the copy student only: a shortlist file (shortlist.py; scripts/copy_shortlist.py builds
     # it from the training pairs): the vocabulary path writes only its tokens and the batch's

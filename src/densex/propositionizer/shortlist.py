@@ -21,9 +21,10 @@ from typing import Any
 
 import torch
 
+from densex.propositionizer.surface import COPY_MODEL_TYPE
 from densex.utils.io import atomic_open
 
-__all__ = ["build_shortlist", "load_shortlist", "save_shortlist"]
+__all__ = ["build_shortlist", "load_shortlist", "model_shortlist", "save_shortlist"]
 
 
 def build_shortlist(tokenizer: Any, pairs: Iterable[tuple[str, str]]) -> dict[str, Any]:
@@ -64,3 +65,13 @@ def load_shortlist(path: str | os.PathLike, vocab_size: int) -> torch.Tensor:
             f"vocabulary of {vocab_size} (a shortlist of another tokenizer?)"
         )
     return torch.tensor(ids, dtype=torch.long)
+
+
+def model_shortlist(model: Any, path: str | os.PathLike) -> torch.Tensor:
+    """`load_shortlist` for a loaded model, which must be the copy student."""
+    kind = model.config.model_type
+    if kind != COPY_MODEL_TYPE:
+        raise ValueError(
+            f"propositionizer.shortlist is for the copy student ({COPY_MODEL_TYPE}), not {kind!r}"
+        )
+    return load_shortlist(path, model.config.vocab_size)
