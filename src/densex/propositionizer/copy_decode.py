@@ -25,9 +25,9 @@ in one) splits more where it already leans to split. A `shortlist` restricts the
 path to the batch's source tokens plus the few the student adds to its sources
 (`with_shortlist`): cheaper steps, outputs that may differ (measured, not assumed).
 `title_penalty` λ subtracts λ from the log-probability of every word piece of the title that
-the sentence itself lacks (`copy_lm.title_only`): a student that makes the article's title the subject
-of propositions whose sentence is about something else (14% of its propositions on the
-validation articles begin with the title, 1.3% of the teacher's) is held back from it.
+the sentence itself lacks (`copy_lm.title_only`): a student that makes the article's title
+the subject of propositions whose sentence is about something else (14% of its propositions
+on the validation articles begin with the title, 1.3% of the teacher's) is held back from it.
 
 Cheaper, same tokens (`benchmarks/propositionizer_speed.py` measures both): greedy leaves
 finished rows out of the batch (`DROP_FRACTION`) and, when asked (`lookahead` k > 0; off by
@@ -100,8 +100,10 @@ def decode(
         src["closers"] = (cfg.prop_token_id, cfg.eos_token_id)  # not a tensor: not per row
     if prop_bonus:
         src["prop_bonus"] = float(prop_bonus)
-    if title_penalty:  # per row: the title's word pieces its sentence lacks, penalised
-        src["title_penalty"] = model.title_pieces(input_ids) * float(title_penalty)
+    if title_penalty:  # per row: the few title pieces its sentence lacks (weight 0: padding)
+        marked = model.title_pieces(input_ids)
+        weight, src["title_ids"] = marked.topk(max(1, int(marked.sum(1).max())), dim=1)
+        src["title_penalty"] = weight * float(title_penalty)
     if coverage_penalty:  # the copy attention summed over the steps so far, per candidate
         src["coverage"] = torch.zeros(src["copy_ids"].shape, device=input_ids.device)
         src["coverage_penalty"] = float(coverage_penalty)
@@ -161,7 +163,7 @@ def apply_rules(
     if "prop_bonus" in src:
         logp[:, model.config.prop_token_id] += src["prop_bonus"]
     if "title_penalty" in src:
-        logp = logp - src["title_penalty"]
+        logp.scatter_add_(1, src["title_ids"], -src["title_penalty"])
     rows = () if lengths is None else (lengths,)  # the one-token loop's calls stay as they were
     if src.get("no_repeat", 0) > 1:
         logp = ban_repeated_ngrams(logp, fed, src["no_repeat"], *rows)

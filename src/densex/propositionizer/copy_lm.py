@@ -60,7 +60,7 @@ class CopyLMConfig(BertConfig):
     """BERT's config plus the student's: `use_copy` (False: the plain prefix LM, for the
     ablation), the copy attention's initial scale and n-gram bonus, the proposition
     separator's id, the target segment's token type, the decoding's `no_repeat_ngram_size`,
-    `coverage_penalty`, `no_repeat_proposition` and `prop_bonus` (null: none;
+    `coverage_penalty`, `no_repeat_proposition`, `prop_bonus` and `title_penalty` (null: none;
     `copy_decode.py`), kept
     here because config.json travels with an export, the training's `coverage_loss`
     weight (0: none; `coverage_loss`) and `novel_token_weight` (1: every label token
@@ -84,6 +84,7 @@ class CopyLMConfig(BertConfig):
         no_repeat_proposition: bool | None = None,
         novel_token_weight: float = 1.0,
         prop_bonus: float | None = None,
+        title_penalty: float | None = None,
         content_marker_ids: list[int] | None = None,
         **kwargs: Any,
     ) -> None:
@@ -100,6 +101,7 @@ class CopyLMConfig(BertConfig):
         self.no_repeat_proposition = no_repeat_proposition
         self.novel_token_weight = novel_token_weight
         self.prop_bonus = prop_bonus
+        self.title_penalty = title_penalty
 
 
 @dataclass
@@ -224,23 +226,24 @@ class CopyPrefixLM(BertPreTrainedModel):
         return {**view, "cache": cache, "valid": valid, "lengths": valid.sum(1)}
 
     # ---- the head ----------------------------------------------------------------------------
-    def vocab_logits(self, h: torch.Tensor) -> torch.Tensor:
-        """Vocabulary logits of target states (…, h) through the tied word embeddings."""
+    def vocab_logits(self, h: torch.Tensor, shortlist: tuple | None = None) -> torch.Tensor:
+        """Vocabulary logits of target states (…, h) through the tied word embeddings: all V,
+        or with a `shortlist` (token ids (K,), their embeddings (K, h) and biases (K,):
+        `copy_decode.with_shortlist`) those K only."""
         z = self.transform_norm(self.transform(h))
-        return F.linear(z, self.bert.embeddings.word_embeddings.weight, self.vocab_bias)
+        if shortlist is None:
+            return F.linear(z, self.bert.embeddings.word_embeddings.weight, self.vocab_bias)
+        return F.linear(z, shortlist[1], shortlist[2])
 
     def vocab_log_probs(self, h: torch.Tensor, shortlist: tuple | None = None) -> torch.Tensor:
-        """The vocabulary path's log-probabilities (…, V), fp32. With a `shortlist` (token
-        ids (K,), their tied embeddings (K, h) and biases (K,): `copy_decode.with_shortlist`)
-        only those K logits are computed and normalised, every other token gets -inf: the
-        projection onto the vocabulary, half a step's arithmetic, shrinks V/K-fold."""
+        """The vocabulary path's log-probabilities (…, V), fp32. With a `shortlist` only its
+        K logits are computed and normalised and every other token gets -inf: the projection
+        onto the vocabulary, half a step's arithmetic, shrinks V/K-fold."""
+        logp = self.vocab_logits(h, shortlist).float().log_softmax(-1)
         if shortlist is None:
-            return self.vocab_logits(h).float().log_softmax(-1)
-        ids, weight, bias = shortlist
-        z = self.transform_norm(self.transform(h))
-        short = F.linear(z, weight, bias).float().log_softmax(-1)
-        logp = short.new_full((*short.shape[:-1], self.config.vocab_size), float("-inf"))
-        return logp.index_copy_(-1, ids, short)
+            return logp
+        full = logp.new_full((*logp.shape[:-1], self.config.vocab_size), float("-inf"))
+        return full.index_copy_(-1, shortlist[0], logp)
 
     def copy_attention(
         self, h: torch.Tensor, src: dict, history: torch.Tensor
@@ -267,7 +270,7 @@ class CopyPrefixLM(BertPreTrainedModel):
         """Log-probabilities over the vocabulary of the next token for target states
         `h` (B, T, h): the gated mixture of the vocabulary and copy distributions."""
         if not self.config.use_copy:
-            return self.vocab_logits(h).float().log_softmax(-1)
+            return self.vocab_log_probs(h)
         return self.mix(h, src, *self.copy_attention(h, src, history))
 
     def mix(
@@ -412,6 +415,8 @@ class CopyPrefixLM(BertPreTrainedModel):
             no_repeat_proposition = getattr(self.config, "no_repeat_proposition", None)
         if prop_bonus is None:
             prop_bonus = getattr(self.config, "prop_bonus", None)
+        if title_penalty is None:
+            title_penalty = getattr(self.config, "title_penalty", None)
         return decode(
             self,
             input_ids,

@@ -30,20 +30,19 @@ log = get_logger(__name__)
 def propositions_key(cfg: DictConfig, passages_path: Path) -> str:
     """Cache key of generated propositions: the passages, the settings, and the content behind
     them that a path string hides: the model checkpoint's files (the fingerprint
-    `model_backend.py` keys its shards with) and the teacher's prompt template (sha256)."""
+    `model_backend.py` keys its shards with), a shortlist file and the teacher's prompt
+    template (sha256)."""
     # the propositionizer (transformers) loads only when propositions are generated
     from densex.propositionizer.fingerprint import effective_dtype, model_fingerprint
 
     settings = OmegaConf.to_container(cfg.propositionizer, resolve=True)
-    for rule in DECODING_RULES:  # keyed only when set: the keys of runs without them stay
+    for rule in (*DECODING_RULES, "shortlist"):  # keyed only when set: older keys stay
         if settings.get(rule) is None:
             settings.pop(rule, None)
     for name in ("per_sentence", "context_sentences", "min_shared_words"):  # keyed when set
         if not settings.get(name):
             settings.pop(name, None)
     settings.pop("lookahead", None)  # the same tokens, whatever its value
-    if settings.get("shortlist") is None:
-        settings.pop("shortlist", None)
     if settings.get("runtime", "torch") == "torch":  # keyed only for another runtime
         for name in ("runtime", "quantization", "max_batch_tokens"):
             settings.pop(name, None)
