@@ -155,6 +155,7 @@ def main() -> None:
     ap.add_argument("--no-repeat-proposition", action="store_true", help="the student's rule")
     ap.add_argument("--prop-bonus", type=float, default=None, help="the student's rule")
     ap.add_argument("--title-penalty", type=float, default=None, help="the student's rule")
+    ap.add_argument("--end-penalty", type=float, default=None, help="the student's rule")
     ap.add_argument("--shortlist", help="compare: also the student with this shortlist file")
     ap.add_argument("--cores", action="store_true", help="1 process x 2 threads vs 2 x 1")
     ap.add_argument("--gpu", action="store_true", help="flan-t5-large on CUDA: bf16 torch vs ct2")
@@ -309,6 +310,10 @@ def compare_student(args, passages, tmp: Path) -> dict:
         rules["prop_bonus"] = args.prop_bonus
     if args.title_penalty:
         rules["title_penalty"] = args.title_penalty
+    if args.end_penalty:
+        from densex.propositionizer.content_pieces import content_vocab
+
+        rules |= {"end_penalty": args.end_penalty, "content_vocab": content_vocab(tok)}
     paths = list(STUDENT_PATHS)
     if cpu_has_bf16():
         paths.append(("greedy, rows dropped, bf16", {"dtype": torch.bfloat16}, 1, "greedy (today)"))

@@ -191,3 +191,25 @@ def test_min_shared_words_drops_degenerate_propositions_and_falls_back_when_none
     assert (
         resolve_output(raw, sentence, "sentences", title="Immune system").propositions == props[1:]
     )
+
+
+def test_min_own_share_drops_propositions_copied_from_the_context():
+    """`propositionizer.min_own_share`: most of a proposition's content words (the title's left
+    out) must be its own sentence's. Real outputs of the student for the last sentence of a
+    validation passage: the decontextualised one keeps, the ones copied from the context (they
+    share "network" with the sentence, so `min_shared_words` 1 keeps them) go."""
+    from densex.propositionizer.resolve import resolve_output, supported
+
+    sentence = "Concepts of this network influenced later ARPANET architecture."
+    props = [
+        "Concepts of the CYCLADES network influenced later ARPANET architecture.",
+        "Louis Pouzin was a French research network designed by Louis Pouzin.",
+        "Louis Pouzin was a French research network.",
+    ]
+    title = "Packet switching"
+    assert supported(props, sentence, title, 1) == props
+    assert supported(props, sentence, title, 1, min_own_share=0.5) == props[:1]
+    assert supported(props, sentence, title, 0, min_own_share=0.3) == props[:1]
+    assert supported(props, sentence, title, 0, min_own_share=0.9) == []  # "cyclades" is not
+    kept = resolve_output(json.dumps(props), sentence, title=title, min_own_share=0.5)
+    assert kept.propositions == props[:1]

@@ -321,3 +321,42 @@ def test_title_penalty_marks_the_title_pieces_the_sentence_lacks(copy_dir):
         held = model.generate(**enc, max_new_tokens=8, title_penalty=100.0)
     rhine = tok.convert_tokens_to_ids("rhine")
     assert rhine in plain[1].tolist() and rhine not in held[1].tolist()
+
+
+def test_end_penalty_lowers_the_end_by_the_share_of_the_sentence_unsaid(copy_dir):
+    """`end_penalty` ε: the end token's log-probability falls by ε x the share of the sentence's
+    content pieces (`copy_decode.end_words`: not its stop words, title or context) that the
+    row has not written, counting only each row's own tokens (`lengths`); nothing else moves.
+    The generator reads the pieces off the tokenizer (`content_pieces.content_vocab`)."""
+    from transformers import AutoTokenizer
+
+    from densex.propositionizer.content_pieces import content_vocab
+    from densex.propositionizer.copy_decode import apply_rules, end_words
+    from densex.propositionizer.pairs import format_source
+
+    tok = AutoTokenizer.from_pretrained(copy_dir)
+    model = load_seq2seq(copy_dir)
+    vocab = content_vocab(tok)
+    source = format_source(
+        "Genghis Khan", "", "He was born as Temujin in 1162.", context="Khan founded an empire."
+    )
+    enc = tok([source], return_tensors="pt")
+    words = end_words(model, enc.input_ids, vocab)
+    expected = set(tok.convert_tokens_to_ids(tok.tokenize("born temujin 1162")))
+    assert set(words[0].tolist()) - {-1} == expected
+    said = tok("temujin was born", add_special_tokens=False).input_ids
+    more = tok(" in 1162", add_special_tokens=False).input_ids
+    cfg = model.config
+    fed = torch.tensor([[cfg.decoder_start_token_id, *said, *more]] * 2)
+    lengths = torch.tensor([fed.shape[1], 1 + len(said)])  # the second row: its first part
+    src = {"end_words": words.expand(2, -1), "end_penalty": 3.0}
+    logp = apply_rules(model, src, torch.zeros(2, cfg.vocab_size), fed, lengths)
+    unsaid = len(expected - set(said)) / len(expected)
+    assert 0 < unsaid < 1
+    assert logp[:, cfg.eos_token_id].tolist() == pytest.approx([0.0, -3.0 * unsaid])
+    logp[:, [cfg.eos_token_id, cfg.pad_token_id, cfg.decoder_start_token_id]] = 0.0
+    assert not logp.any()
+    gen = PropositionGenerator(copy_dir, end_penalty=2.0)
+    gen.setup()
+    assert torch.equal(gen.generate_kwargs["content_vocab"], vocab)
+    assert vocab[tok.convert_tokens_to_ids("born")] and not vocab[tok.convert_tokens_to_ids("the")]

@@ -107,8 +107,11 @@ def test_parse_outcomes_from_the_shards(tmp_path):
     assert [o["parse"] for o in outcomes] == ["strict", "repaired", "fallback", "fallback"]
     assert [o["fallback_reason"] for o in outcomes] == [None, None, "unparseable", "empty"]
     assert [o["cut"] for o in outcomes] == [False, True, False, False]
+    # a proposition left out (min_shared_words drops degenerate ones) is still the shards'
+    assert parse_outcomes(out, {**preds, "a#0": ["C is D."]}) == got
     # shards that no longer match the file, or no shards: unknown, never wrong
     assert parse_outcomes(out, {**preds, "a#0": ["something else"]}) is None
+    assert parse_outcomes(out, {**preds, "a#0": ["C is D.", "A is B."]}) is None
     (tmp_path / "plain.jsonl").write_text(out.read_text())
     assert parse_outcomes(tmp_path / "plain.jsonl", preds) is None
 

@@ -28,6 +28,13 @@ path to the batch's source tokens plus the few the student adds to its sources
 the sentence itself lacks (`copy_lm.title_only`): a student that makes the article's title
 the subject of propositions whose sentence is about something else (14% of its propositions
 on the validation articles begin with the title, 1.3% of the teacher's) is held back from it.
+`end_penalty` ε subtracts ε times the share of the sentence's content pieces that the row has
+not written yet from the end token's log-probability (`end_words`; the content pieces are
+those of `content_vocab`, the sentence's words less stop words and punctuation, or without it
+every piece of the sentence): a student that ends before it has said what its sentence says
+(coverage 86-87% of the content words, the teacher's 97%) goes on while much is unsaid, and
+under beam search a hypothesis that ends early carries the penalty in its final score (the
+coverage term of Wu et al. 2016's beam scoring, counted on written pieces).
 
 Cheaper, same tokens (`benchmarks/propositionizer_speed.py` measures both): greedy leaves
 finished rows out of the batch (`DROP_FRACTION`) and, when asked (`lookahead` k > 0; off by
@@ -60,6 +67,8 @@ __all__ = [
     "ban_repeated_propositions",
     "decode",
     "decode_step",
+    "end_words",
+    "unsaid_share",
 ]
 
 _HASH_BASE, _HASH_MOD = 1_000_003, 2_147_483_647  # products stay far below 2**63
@@ -85,6 +94,8 @@ def decode(
     prop_bonus: float | None = None,
     shortlist: torch.Tensor | None = None,
     title_penalty: float | None = None,
+    end_penalty: float | None = None,
+    content_vocab: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Generated ids (B, 1 + n) for each source row (module docstring). Greedy decoding
     verifies up to `lookahead` drafted source tokens per step (None: `LOOKAHEAD`, off; 0: one
@@ -104,6 +115,9 @@ def decode(
         marked = model.title_pieces(input_ids)
         weight, src["title_ids"] = marked.topk(max(1, int(marked.sum(1).max())), dim=1)
         src["title_penalty"] = weight * float(title_penalty)
+    if end_penalty:  # per row: the distinct content pieces of its sentence (-1: padding)
+        src["end_words"] = end_words(model, input_ids, content_vocab)
+        src["end_penalty"] = float(end_penalty)
     if coverage_penalty:  # the copy attention summed over the steps so far, per candidate
         src["coverage"] = torch.zeros(src["copy_ids"].shape, device=input_ids.device)
         src["coverage_penalty"] = float(coverage_penalty)
@@ -134,6 +148,39 @@ def with_shortlist(model: Any, shortlist: torch.Tensor, sources: torch.Tensor) -
     return ids, weight, model.vocab_bias[ids]
 
 
+def end_words(
+    model: Any, input_ids: torch.Tensor, content_vocab: torch.Tensor | None = None
+) -> torch.Tensor:
+    """(B, W) the distinct word pieces of each row's sentence (`copy_lm.content_positions`)
+    that `content_vocab` (V,) bool marks (None: every piece but the special tokens), sorted,
+    -1 after them: what `end_penalty` counts as said or unsaid."""
+    cfg = model.config
+    content = model.content_mask(input_ids)
+    special = [cfg.pad_token_id, cfg.decoder_start_token_id, cfg.eos_token_id, cfg.prop_token_id]
+    keep = content & ~torch.isin(input_ids, input_ids.new_tensor(special))
+    if content_vocab is not None:
+        keep &= content_vocab.to(input_ids.device)[input_ids]
+    ids = torch.where(keep, input_ids, -1).sort(1).values
+    repeat = torch.cat(
+        [torch.zeros_like(ids[:, :1], dtype=torch.bool), ids[:, 1:] == ids[:, :-1]], 1
+    )
+    ids = torch.where(repeat, -1, ids).sort(1, descending=True).values
+    width = max(1, int((ids >= 0).sum(1).max()))
+    return ids[:, :width]
+
+
+def unsaid_share(words: torch.Tensor, fed: torch.Tensor, lengths: torch.Tensor | None = None):
+    """(R,) the share of each row's `words` (R, W; -1 padding, `end_words`) absent from its
+    tokens `fed` (R, t + 1; each row's first `lengths`, default all); 0 for a row without
+    words."""
+    if lengths is not None:
+        cols = torch.arange(fed.shape[1], device=fed.device)[None, :]
+        fed = torch.where(cols < lengths[:, None], fed, -2)
+    real = words >= 0
+    said = (words[:, :, None] == fed[:, None, :]).any(-1) & real
+    return 1.0 - said.sum(1) / real.sum(1).clamp_min(1)
+
+
 def decode_step(model: Any, src: dict, cache: list, fed: torch.Tensor, t: int) -> tuple:
     """Feed the last of the tokens `fed` so far (R, t + 1) at target step `t`: (next-token
     log-probs (R, V), the new cache)."""
@@ -157,14 +204,17 @@ def apply_rules(
 ) -> torch.Tensor:
     """Next-token `logp` (R, V) after the tokens `fed` (R, t + 1; each row's first `lengths`,
     default all) with the decoding rules applied: never the padding or the start token, and
-    the `prop_bonus` and the `no_repeat_ngram_size` and `no_repeat_proposition` bans where
-    they are on."""
+    the `prop_bonus`, `title_penalty`, `end_penalty` and the `no_repeat_ngram_size` and
+    `no_repeat_proposition` bans where they are on."""
     logp[:, [model.config.pad_token_id, model.config.decoder_start_token_id]] = float("-inf")
     if "prop_bonus" in src:
         logp[:, model.config.prop_token_id] += src["prop_bonus"]
     if "title_penalty" in src:
         logp.scatter_add_(1, src["title_ids"], -src["title_penalty"])
     rows = () if lengths is None else (lengths,)  # the one-token loop's calls stay as they were
+    if "end_penalty" in src:
+        unsaid = unsaid_share(src["end_words"], fed, *rows)
+        logp[:, model.config.eos_token_id] -= src["end_penalty"] * unsaid.to(logp.dtype)
     if src.get("no_repeat", 0) > 1:
         logp = ban_repeated_ngrams(logp, fed, src["no_repeat"], *rows)
     if "closers" in src:

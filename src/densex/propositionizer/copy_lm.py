@@ -60,9 +60,9 @@ class CopyLMConfig(BertConfig):
     """BERT's config plus the student's: `use_copy` (False: the plain prefix LM, for the
     ablation), the copy attention's initial scale and n-gram bonus, the proposition
     separator's id, the target segment's token type, the decoding's `no_repeat_ngram_size`,
-    `coverage_penalty`, `no_repeat_proposition`, `prop_bonus` and `title_penalty` (null: none;
-    `copy_decode.py`), kept
-    here because config.json travels with an export, the training's `coverage_loss`
+    `coverage_penalty`, `no_repeat_proposition`, `prop_bonus`, `title_penalty` and
+    `end_penalty` (null: none; `copy_decode.py`), kept here because config.json travels with
+    an export, the training's `coverage_loss`
     weight (0: none; `coverage_loss`) and `novel_token_weight` (1: every label token
     weighs the same; `label_weights`), and the token ids of the source's content marker
     (`pairs.CONTENT_MARKER`): coverage (penalty and loss) counts only the source positions
@@ -85,6 +85,7 @@ class CopyLMConfig(BertConfig):
         novel_token_weight: float = 1.0,
         prop_bonus: float | None = None,
         title_penalty: float | None = None,
+        end_penalty: float | None = None,
         content_marker_ids: list[int] | None = None,
         **kwargs: Any,
     ) -> None:
@@ -102,6 +103,7 @@ class CopyLMConfig(BertConfig):
         self.novel_token_weight = novel_token_weight
         self.prop_bonus = prop_bonus
         self.title_penalty = title_penalty
+        self.end_penalty = end_penalty
 
 
 @dataclass
@@ -300,6 +302,11 @@ class CopyPrefixLM(BertPreTrainedModel):
         word pieces, `copy_decode`)."""
         return title_only(input_ids, self.config)
 
+    def content_mask(self, input_ids: torch.Tensor) -> torch.Tensor:
+        """`content_positions` of these sources under this model's config (what the end
+        penalty counts, `copy_decode.end_words`)."""
+        return content_positions(input_ids, self.config)
+
     # ---- training ----------------------------------------------------------------------------
     def prepare_decoder_input_ids_from_labels(self, labels: torch.Tensor) -> torch.Tensor:
         """Teacher-forcing inputs: the labels shifted right after the start token `[CLS]`,
@@ -400,13 +407,16 @@ class CopyPrefixLM(BertPreTrainedModel):
         drop_finished: bool = True,
         shortlist: torch.Tensor | None = None,
         title_penalty: float | None = None,
+        end_penalty: float | None = None,
+        content_vocab: torch.Tensor | None = None,
         **_: Any,
     ) -> torch.Tensor:
         """Greedy (`num_beams` 1) or beam decoding (`copy_decode.decode`); a null decoding rule
         takes the config's. `lookahead` (greedy's drafted source tokens per step; null:
         `copy_decode.LOOKAHEAD`, 0: one token a step) and `drop_finished` change the cost,
         not the tokens; a `shortlist` (token ids the vocabulary path may write besides the
-        sources' own, `copy_decode.with_shortlist`) changes both."""
+        sources' own, `copy_decode.with_shortlist`) changes both. `content_vocab` (V,) bool:
+        the word pieces `end_penalty` counts (`content_pieces.content_vocab`; None: all)."""
         if no_repeat_ngram_size is None:
             no_repeat_ngram_size = getattr(self.config, "no_repeat_ngram_size", None)
         if coverage_penalty is None:
@@ -417,6 +427,8 @@ class CopyPrefixLM(BertPreTrainedModel):
             prop_bonus = getattr(self.config, "prop_bonus", None)
         if title_penalty is None:
             title_penalty = getattr(self.config, "title_penalty", None)
+        if end_penalty is None:
+            end_penalty = getattr(self.config, "end_penalty", None)
         return decode(
             self,
             input_ids,
@@ -431,6 +443,8 @@ class CopyPrefixLM(BertPreTrainedModel):
             prop_bonus,
             shortlist,
             title_penalty,
+            end_penalty,
+            content_vocab,
         )
 
 

@@ -17,6 +17,7 @@ from pytorch_lightning.callbacks import BasePredictionWriter
 from torch.utils.data import DataLoader, IterableDataset
 
 from densex.propositionizer.backbone import load_seq2seq, output_decoder
+from densex.propositionizer.content_pieces import content_vocab
 from densex.propositionizer.fingerprint import runtime_dtype
 from densex.propositionizer.shortlist import model_shortlist
 from densex.utils.generation import generate_sorted
@@ -73,6 +74,7 @@ class PropositionGenerator(pl.LightningModule):
         no_repeat_proposition: bool | None = None,
         prop_bonus: float | None = None,
         title_penalty: float | None = None,
+        end_penalty: float | None = None,
         shortlist: str | None = None,
         lookahead: int | None = None,
         runtime: str = "torch",
@@ -100,6 +102,7 @@ class PropositionGenerator(pl.LightningModule):
             "no_repeat_proposition": no_repeat_proposition,
             "prop_bonus": prop_bonus,
             "title_penalty": title_penalty,
+            "end_penalty": end_penalty,
             "lookahead": lookahead,  # the copy student's; null: its default (copy_decode)
         }
         self.generate_kwargs = {k: v for k, v in rules.items() if v is not None}
@@ -125,6 +128,9 @@ class PropositionGenerator(pl.LightningModule):
         self.tokenizer.model_max_length = self.max_source_length
         if self.shortlist is not None:
             self.generate_kwargs["shortlist"] = model_shortlist(self.model, self.shortlist)
+        end = self.generate_kwargs.get("end_penalty", getattr(self.model.config, "end_penalty", 0))
+        if end:  # the word pieces it counts, read off the tokenizer
+            self.generate_kwargs["content_vocab"] = content_vocab(self.tokenizer)
 
     def _ctranslate2(self) -> tuple[Any, Any]:
         """The checkpoint through CTranslate2 (`ct2.py`): converted once into `convert_dir`

@@ -228,6 +228,7 @@ def _merge(
         units=units,
         owners=owners,
         min_shared_words=opts.min_shared_words,
+        min_own_share=opts.min_own_share,
         **record,
     )
 
@@ -285,6 +286,7 @@ def _settings_record(settings: dict[str, Any], opts: ModelSettings) -> dict[str,
         "per_sentence": bool(opts.per_sentence),
         "context_sentences": opts.context_sentences if opts.per_sentence else 0,
         "min_shared_words": opts.min_shared_words,
+        "min_own_share": opts.min_own_share,
     }
 
 

@@ -49,6 +49,7 @@ def manifest_path(out_path: str | os.PathLike) -> Path:
 def _resolve_all(
     units: Sequence[Record], owners: Sequence[int], raws: Sequence[str | None],
     fallback: str, spacy_model: str | None, limits: ParseLimits, min_shared: int = 0,
+    min_own_share: float = 0.0,
 ) -> Iterator[tuple[Record, int, Resolved]]:  # fmt: skip
     """(unit, its passage index, its resolved output) for every raw output; a parse error
     names the unit."""
@@ -56,7 +57,9 @@ def _resolve_all(
     for unit, owner, raw in zip(units, owners, raws):
         try:
             title = unit.get("title") or ""
-            resolved = resolve_output(raw, unit["text"], fallback, split, limits, min_shared, title)
+            resolved = resolve_output(
+                raw, unit["text"], fallback, split, limits, min_shared, title, min_own_share
+            )
         except Exception as e:
             raise ValueError(f"passage {unit['id']!r}: parsing its output failed: {e}") from e
         yield unit, owner, resolved
@@ -72,6 +75,7 @@ def write_propositions(
     units: Sequence[Record] | None = None,
     owners: Sequence[int] | None = None,
     min_shared_words: int = 0,
+    min_own_share: float = 0.0,
     **manifest: Any,
 ) -> ParseStats:
     """Parse every raw output (with fallbacks, within `limits`) and write the propositions
@@ -80,8 +84,8 @@ def write_propositions(
     One row per passage, in passage order. `raws` are the outputs of `units` (default: the
     passages; `owners[i]`: unit i's passage, `sentence_inputs.py`), each parsed and falling
     back on its own text; parse counts are per unit (`outputs`), rejected ids logged. With
-    `min_shared_words`, propositions sharing fewer content words with their own input text
-    are dropped (`resolve.supported`).
+    `min_shared_words` (`min_own_share`), propositions sharing fewer content words (a smaller
+    share of theirs) with their own input text are dropped (`resolve.supported`).
     """
     units = passages if units is None else units
     owners = range(len(passages)) if owners is None else owners
@@ -90,7 +94,7 @@ def write_propositions(
     limits = limits or ParseLimits()
     rows: list[Record] = [{"id": p["id"], "propositions": []} for p in passages]
     stats, rejected_ids = ParseStats(), []
-    parse = (fallback, spacy_model, limits, min_shared_words)
+    parse = (fallback, spacy_model, limits, min_shared_words, min_own_share)
     for unit, owner, resolved in _resolve_all(units, owners, raws, *parse):
         if resolved.result.rejected:
             rejected_ids.append(unit["id"])

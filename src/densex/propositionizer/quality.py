@@ -130,7 +130,9 @@ def parse_outcomes(
 def _outcome(rows: Sequence[Record], props: Sequence[str]) -> dict[str, Any] | None:
     """A passage's parse outcome from the shard rows of its inputs (one, or one per sentence):
     the worst input's ("fallback" over "repaired" over "strict"; cut if any was). None when
-    no input fell back and their parsed outputs joined differ from `props` (stale shards)."""
+    no input fell back and `props` is not their parsed outputs joined, or those with some
+    left out (`min_shared_words` drops degenerate propositions, it never adds or rewrites
+    one): stale shards."""
     kept: list[str] = []
     worst, reason, repairs, exact = "strict", None, [], True
     for row in rows:
@@ -144,7 +146,7 @@ def _outcome(rows: Sequence[Record], props: Sequence[str]) -> dict[str, Any] | N
         if used and result.repaired and worst == "strict":
             worst = "repaired"
         repairs += result.repairs
-    if exact and kept != list(props):
+    if exact and not _in_order(props, kept):
         return None
     return {
         "parse": worst,
@@ -152,3 +154,9 @@ def _outcome(rows: Sequence[Record], props: Sequence[str]) -> dict[str, Any] | N
         "repairs": ";".join(repairs),
         "cut": any(bool(row.get("cut")) for row in rows),
     }
+
+
+def _in_order(short: Sequence[str], long: Sequence[str]) -> bool:
+    """Whether `short` is `long` with some items left out (order kept)."""
+    rest = iter(long)
+    return all(any(x == y for y in rest) for x in short)

@@ -84,14 +84,27 @@ class Resolved:
     reason: str | None = None  # why: "unparseable" | "empty" | "rejected"
 
 
-def supported(propositions: list[str], text: str, title: str, min_shared: int) -> list[str]:
+def supported(
+    propositions: list[str], text: str, title: str, min_shared: int, min_own_share: float = 0.0
+) -> list[str]:
     """The propositions sharing at least `min_shared` content words with `text` (the input
     they were written for), the title's words left out: a degenerate output ("The Immune
-    system is a a a.", the title copied over and over) shares none."""
-    if min_shared <= 0:
+    system is a a a.", the title copied over and over) shares none. With `min_own_share`,
+    also at least that share of the proposition's own content words (title words left out):
+    a proposition copied from the read-only context ("Louis Pouzin was a French research
+    network." for "Concepts of this network influenced later ARPANET architecture.") is
+    mostly words of another sentence, while a decontextualised one adds a few."""
+    if min_shared <= 0 and min_own_share <= 0:
         return propositions
-    own = content_words(text) - content_words(title)
-    return [p for p in propositions if len(content_words(p) & own) >= min_shared]
+    title_words = content_words(title)
+    own = content_words(text) - title_words
+    kept = []
+    for p in propositions:
+        words = content_words(p) - title_words
+        shared = len(words & own)
+        if shared >= min_shared and shared >= min_own_share * len(words):
+            kept.append(p)
+    return kept
 
 
 def resolve_output(
@@ -102,14 +115,16 @@ def resolve_output(
     limits: ParseLimits | None = None,
     min_shared: int = 0,
     title: str = "",
+    min_own_share: float = 0.0,
 ) -> Resolved:
-    """Parse `raw` (within `limits`), keep the `supported` propositions (`min_shared` 0: all);
+    """Parse `raw` (within `limits`), keep the `supported` propositions (`min_shared` and
+    `min_own_share` 0: all);
     if nothing usable comes out, use the fallback (and say why: "unparseable", "empty",
     "rejected" or "unsupported")."""
     if fallback not in FALLBACK_MODES:
         raise ValueError(f"unknown fallback {fallback!r}; expected one of {FALLBACK_MODES}")
     result = parse_propositions(raw, limits)
-    kept = supported(list(result.propositions), passage_text, title, min_shared)
+    kept = supported(list(result.propositions), passage_text, title, min_shared, min_own_share)
     if result.ok and kept:
         return Resolved(kept, result)
     reason = "rejected" if result.rejected else "unparseable" if not result.ok else "empty"

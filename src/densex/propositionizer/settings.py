@@ -37,6 +37,7 @@ DECODING_RULES = (
     "no_repeat_proposition",
     "prop_bonus",
     "title_penalty",
+    "end_penalty",
 )
 
 
@@ -65,6 +66,10 @@ class ModelSettings(PropositionizerSettings):
     # the copy student only: subtract this from the log-probability of each title word piece
     # that the sentence lacks (copy_lm.title_only), at every step
     title_penalty: float | None = None
+    # the copy student only: subtract this times the share of the sentence's content word
+    # pieces not yet written from the end token's log-probability (copy_decode.end_words):
+    # a sentence is not ended while much of it is unsaid
+    end_penalty: float | None = None
     # the copy student only: a shortlist file (shortlist.py; scripts/copy_shortlist.py builds
     # it from the training pairs): the vocabulary path writes only its tokens and the batch's
     # source tokens, a cheaper step whose outputs may differ; keyed by the file's content
@@ -80,6 +85,10 @@ class ModelSettings(PropositionizerSettings):
     # with the text it was written for (its sentence, per sentence): degenerate outputs that
     # copy the title over and over; 0: keep every parsed proposition
     min_shared_words: int = 0
+    # drop a proposition less than this share of whose content words (title words left out)
+    # are in the text it was written for: per sentence with context, a proposition copied
+    # from the context; 0: no such rule
+    min_own_share: float = 0.0
     # the copy student's greedy: source tokens drafted and verified per step (exact: the same
     # tokens as one a step); null: copy_decode's default (0: one token a step, the fastest
     # measured; docs/propositionizer.md)

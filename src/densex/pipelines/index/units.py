@@ -39,7 +39,12 @@ def propositions_key(cfg: DictConfig, passages_path: Path) -> str:
     for rule in (*DECODING_RULES, "shortlist"):  # keyed only when set: older keys stay
         if settings.get(rule) is None:
             settings.pop(rule, None)
-    for name in ("per_sentence", "context_sentences", "min_shared_words"):  # keyed when set
+    for name in (
+        "per_sentence",
+        "context_sentences",
+        "min_shared_words",
+        "min_own_share",
+    ):  # when set
         if not settings.get(name):
             settings.pop(name, None)
     settings.pop("lookahead", None)  # the same tokens, whatever its value

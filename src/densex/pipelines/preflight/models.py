@@ -25,6 +25,7 @@ COPY_STUDENT_RULES = (
     "no_repeat_proposition",
     "prop_bonus",
     "title_penalty",
+    "end_penalty",
 )
 
 
