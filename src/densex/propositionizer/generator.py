@@ -248,12 +248,7 @@ class ClaimedShards(IterableDataset):
     Nothing claimable (or more ranks than shards): one probe passage of `probe`, never written.
     `shard_dir` None claims nothing (every shard is generated)."""
 
-    def __init__(
-        self,
-        shards: Sequence[Record],
-        shard_dir: str | None,
-        probe: Sequence[Record] = (),
-    ) -> None:
+    def __init__(self, shards: Sequence[Record], shard_dir: str | None, probe: Sequence = ()):
         self.shards, self.shard_dir, self.probe = list(shards), shard_dir, list(probe)
 
     def __len__(self) -> int:  # an upper bound: shards claimed elsewhere are skipped
@@ -297,10 +292,8 @@ class PropositionShardWriter(BasePredictionWriter):
     ) -> None:
         if prediction.get("probe"):
             return
-        rows = (
-            {"id": i, "raw": r, "cut": c}
-            for i, r, c in zip(prediction["ids"], prediction["raw"], prediction["cut"])
-        )
+        columns = zip(prediction["ids"], prediction["raw"], prediction["cut"])
+        rows = ({"id": i, "raw": r, "cut": c} for i, r, c in columns)
         path = shard_path(self.shard_dir, prediction["shard"])
         write_jsonl(path, rows)
         release(path)  # the claim `ClaimedShards` took
