@@ -156,6 +156,7 @@ def main() -> None:
     ap.add_argument("--prop-bonus", type=float, default=None, help="the student's rule")
     ap.add_argument("--title-penalty", type=float, default=None, help="the student's rule")
     ap.add_argument("--end-penalty", type=float, default=None, help="the student's rule")
+    ap.add_argument("--context-penalty", type=float, default=None, help="the student's rule")
     ap.add_argument("--shortlist", help="compare: also the student with this shortlist file")
     ap.add_argument("--cores", action="store_true", help="1 process x 2 threads vs 2 x 1")
     ap.add_argument("--gpu", action="store_true", help="flan-t5-large on CUDA: bf16 torch vs ct2")
@@ -314,6 +315,8 @@ def compare_student(args, passages, tmp: Path) -> dict:
         from densex.propositionizer.content_pieces import content_vocab
 
         rules |= {"end_penalty": args.end_penalty, "content_vocab": content_vocab(tok)}
+    if args.context_penalty:
+        rules["context_penalty"] = args.context_penalty
     paths = list(STUDENT_PATHS)
     if cpu_has_bf16():
         paths.append(("greedy, rows dropped, bf16", {"dtype": torch.bfloat16}, 1, "greedy (today)"))

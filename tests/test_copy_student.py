@@ -360,3 +360,28 @@ def test_end_penalty_lowers_the_end_by_the_share_of_the_sentence_unsaid(copy_dir
     gen.setup()
     assert torch.equal(gen.generate_kwargs["content_vocab"], vocab)
     assert vocab[tok.convert_tokens_to_ids("born")] and not vocab[tok.convert_tokens_to_ids("the")]
+
+
+@pytest.mark.parametrize("num_beams", [1, 2])
+def test_context_penalty_keeps_copies_to_the_sentence(copy_dir, num_beams):
+    """`context_penalty` γ lowers the copy score of every title and context position: the
+    untrained copy head, which copies its source from the start (title, then context), copies
+    none of them under a large γ, while the sentence's own pieces stay open to it."""
+    from transformers import AutoTokenizer
+
+    from densex.propositionizer.pairs import format_source
+
+    tok = AutoTokenizer.from_pretrained(copy_dir)
+    model = load_seq2seq(copy_dir)
+    source = format_source(
+        "Genghis Khan", "", "He was born as Temujin in 1162.", context="Khan founded an empire."
+    )
+    enc = tok([source], return_tensors="pt")
+    outside = set(tok.convert_tokens_to_ids(tok.tokenize("title genghis khan context founded")))
+    with torch.no_grad():
+        plain = model.generate(**enc, max_new_tokens=12)
+        held = model.generate(**enc, max_new_tokens=12, num_beams=num_beams, context_penalty=100.0)
+    assert outside & set(plain[0].tolist())
+    assert not outside & set(held[0].tolist())
+    if num_beams == 2:  # the sentence itself is still copied
+        assert tok.convert_tokens_to_ids("born") in held[0].tolist()

@@ -35,6 +35,11 @@ every piece of the sentence): a student that ends before it has said what its se
 (coverage 86-87% of the content words, the teacher's 97%) goes on while much is unsaid, and
 under beam search a hypothesis that ends early carries the penalty in its final score (the
 coverage term of Wu et al. 2016's beam scoring, counted on written pieces).
+`context_penalty` γ subtracts γ from the copy score of every title and context position
+(`copy_lm.copy_attention`; the content positions keep theirs): a student that copies a clause
+of an earlier sentence in place of its own sentence's ("entrance to the V&A is located in the
+Brompton district" for "entrance to the V&A has been free since 2001") copies from its own
+sentence first, while an antecedent it needs can still come from the context.
 
 Cheaper, same tokens (`benchmarks/propositionizer_speed.py` measures both): greedy leaves
 finished rows out of the batch (`DROP_FRACTION`) and, when asked (`lookahead` k > 0; off by
@@ -96,6 +101,7 @@ def decode(
     title_penalty: float | None = None,
     end_penalty: float | None = None,
     content_vocab: torch.Tensor | None = None,
+    context_penalty: float | None = None,
 ) -> torch.Tensor:
     """Generated ids (B, 1 + n) for each source row (module docstring). Greedy decoding
     verifies up to `lookahead` drafted source tokens per step (None: `LOOKAHEAD`, off; 0: one
@@ -118,6 +124,8 @@ def decode(
     if end_penalty:  # per row: the distinct content pieces of its sentence (-1: padding)
         src["end_words"] = end_words(model, input_ids, content_vocab)
         src["end_penalty"] = float(end_penalty)
+    if context_penalty:
+        src["context_penalty"] = float(context_penalty)
     if coverage_penalty:  # the copy attention summed over the steps so far, per candidate
         src["coverage"] = torch.zeros(src["copy_ids"].shape, device=input_ids.device)
         src["coverage_penalty"] = float(coverage_penalty)

@@ -60,8 +60,8 @@ class CopyLMConfig(BertConfig):
     """BERT's config plus the student's: `use_copy` (False: the plain prefix LM, for the
     ablation), the copy attention's initial scale and n-gram bonus, the proposition
     separator's id, the target segment's token type, the decoding's `no_repeat_ngram_size`,
-    `coverage_penalty`, `no_repeat_proposition`, `prop_bonus`, `title_penalty` and
-    `end_penalty` (null: none; `copy_decode.py`), kept here because config.json travels with
+    `coverage_penalty`, `no_repeat_proposition`, `prop_bonus`, `title_penalty`, `end_penalty`
+    and `context_penalty` (null: none; `copy_decode.py`), kept here because config.json travels with
     an export, the training's `coverage_loss`
     weight (0: none; `coverage_loss`) and `novel_token_weight` (1: every label token
     weighs the same; `label_weights`), and the token ids of the source's content marker
@@ -86,6 +86,7 @@ class CopyLMConfig(BertConfig):
         prop_bonus: float | None = None,
         title_penalty: float | None = None,
         end_penalty: float | None = None,
+        context_penalty: float | None = None,
         content_marker_ids: list[int] | None = None,
         **kwargs: Any,
     ) -> None:
@@ -104,6 +105,7 @@ class CopyLMConfig(BertConfig):
         self.prop_bonus = prop_bonus
         self.title_penalty = title_penalty
         self.end_penalty = end_penalty
+        self.context_penalty = context_penalty
 
 
 @dataclass
@@ -261,6 +263,8 @@ class CopyPrefixLM(BertPreTrainedModel):
         for k in range(NGRAM):  # src["before"][..., k]: the source token k+1 before a candidate
             matched = matched & (src["before"][:, None, :, k] == history[:, :, None, k])
             scores = scores + self.copy_ngram[k] * matched
+        if "context_penalty" in src:  # decoding: copies from the title and context cost more
+            scores = scores - src["context_penalty"] * (1.0 - src["cover"])[:, None, :]
         scores = scores.masked_fill(~src["copy_valid"][:, None, :], float("-inf"))
         # decoding with a coverage penalty (copy_decode.py): position by position
         weights = covered_softmax(scores, src) if "coverage" in src else scores.softmax(-1)
@@ -409,6 +413,7 @@ class CopyPrefixLM(BertPreTrainedModel):
         title_penalty: float | None = None,
         end_penalty: float | None = None,
         content_vocab: torch.Tensor | None = None,
+        context_penalty: float | None = None,
         **_: Any,
     ) -> torch.Tensor:
         """Greedy (`num_beams` 1) or beam decoding (`copy_decode.decode`); a null decoding rule
@@ -429,6 +434,8 @@ class CopyPrefixLM(BertPreTrainedModel):
             title_penalty = getattr(self.config, "title_penalty", None)
         if end_penalty is None:
             end_penalty = getattr(self.config, "end_penalty", None)
+        if context_penalty is None:
+            context_penalty = getattr(self.config, "context_penalty", None)
         return decode(
             self,
             input_ids,
@@ -445,6 +452,7 @@ class CopyPrefixLM(BertPreTrainedModel):
             title_penalty,
             end_penalty,
             content_vocab,
+            context_penalty,
         )
 
 

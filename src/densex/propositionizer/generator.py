@@ -75,6 +75,7 @@ class PropositionGenerator(pl.LightningModule):
         prop_bonus: float | None = None,
         title_penalty: float | None = None,
         end_penalty: float | None = None,
+        context_penalty: float | None = None,
         shortlist: str | None = None,
         lookahead: int | None = None,
         runtime: str = "torch",
@@ -91,10 +92,8 @@ class PropositionGenerator(pl.LightningModule):
         self.model_name_or_path = model_name_or_path
         self.shards = list(shards)
         self.shard_dir = None if shard_dir is None else str(shard_dir)
-        self.batch_size = batch_size
-        self.max_source_length = max_source_length
-        self.max_new_tokens = max_new_tokens
-        self.num_beams = num_beams
+        self.batch_size, self.max_source_length = batch_size, max_source_length
+        self.max_new_tokens, self.num_beams = max_new_tokens, num_beams
         # decoding rules, passed to `generate` only when set (settings.ModelSettings)
         rules = {
             "no_repeat_ngram_size": no_repeat_ngram_size,
@@ -103,6 +102,7 @@ class PropositionGenerator(pl.LightningModule):
             "prop_bonus": prop_bonus,
             "title_penalty": title_penalty,
             "end_penalty": end_penalty,
+            "context_penalty": context_penalty,
             "lookahead": lookahead,  # the copy student's; null: its default (copy_decode)
         }
         self.generate_kwargs = {k: v for k, v in rules.items() if v is not None}

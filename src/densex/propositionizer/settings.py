@@ -38,6 +38,7 @@ DECODING_RULES = (
     "prop_bonus",
     "title_penalty",
     "end_penalty",
+    "context_penalty",
 )
 
 
@@ -70,6 +71,9 @@ class ModelSettings(PropositionizerSettings):
     # pieces not yet written from the end token's log-probability (copy_decode.end_words):
     # a sentence is not ended while much of it is unsaid
     end_penalty: float | None = None
+    # the copy student only: subtract this from the copy score of every title and context
+    # position (its own sentence's keep theirs): a sentence's propositions copy from it first
+    context_penalty: float | None = None
     # the copy student only: a shortlist file (shortlist.py; scripts/copy_shortlist.py builds
     # it from the training pairs): the vocabulary path writes only its tokens and the batch's
     # source tokens, a cheaper step whose outputs may differ; keyed by the file's content

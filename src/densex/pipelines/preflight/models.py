@@ -26,6 +26,7 @@ COPY_STUDENT_RULES = (
     "prop_bonus",
     "title_penalty",
     "end_penalty",
+    "context_penalty",
 )
 
 
