@@ -385,3 +385,27 @@ def test_context_penalty_keeps_copies_to_the_sentence(copy_dir, num_beams):
     assert not outside & set(held[0].tolist())
     if num_beams == 2:  # the sentence itself is still copied
         assert tok.convert_tokens_to_ids("born") in held[0].tolist()
+
+
+@pytest.mark.parametrize("num_beams", [1, 2])
+def test_end_penalty_ends_a_row_at_its_budget(copy_dir, num_beams):
+    """With the end penalty, a row that has written `END_RATIO` x its sentence's word pieces
+    (+ `END_SLACK`) ends: the untrained copy head, which copies its whole source (title,
+    context, then the sentence), is cut at that budget; without the rule it runs past it."""
+    from transformers import AutoTokenizer
+
+    from densex.propositionizer.copy_decode import END_RATIO, END_SLACK
+    from densex.propositionizer.pairs import format_source
+
+    tok = AutoTokenizer.from_pretrained(copy_dir)
+    model = load_seq2seq(copy_dir)
+    context = "Khan founded an empire that stretched from the Pacific to the Caspian Sea. " * 2
+    enc = tok([format_source("Genghis Khan", "", "He won.", context=context)], return_tensors="pt")
+    budget = END_RATIO * len(tok.tokenize("He won.")) + END_SLACK
+    eos = model.config.eos_token_id
+    with torch.no_grad():
+        plain = model.generate(**enc, max_new_tokens=80, num_beams=num_beams)
+        held = model.generate(**enc, max_new_tokens=80, num_beams=num_beams, end_penalty=1e-3)
+    assert (plain[0] != model.config.pad_token_id).sum() - 1 > budget + 1
+    out = held[0][held[0] != model.config.pad_token_id].tolist()
+    assert out[-1] == eos and len(out) - 1 <= budget + 1

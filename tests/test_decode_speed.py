@@ -15,6 +15,7 @@ import torch
 
 import densex.propositionizer.copy_decode as copy_decode
 from densex.propositionizer.backbone import load_seq2seq
+from densex.propositionizer.content_pieces import content_vocab
 from densex.propositionizer.copy_build import cached_copy_lm
 from densex.propositionizer.output import passage_source
 from densex.propositionizer.sentence_inputs import sentence_units
@@ -173,3 +174,19 @@ def test_beam_search_moves_only_the_targets_positions(student, batch, monkeypatc
 
     monkeypatch.setattr(copy_decode, "reorder_rows", none)
     assert not _same(_generate(model, batch, num_beams=2, **RULES["all"]), fast)
+
+
+def test_the_cheaper_paths_keep_the_end_title_and_context_rules(student, batch):
+    """The end penalty (its budget included), the title and the context penalties under greedy
+    lookahead, row dropping and beam search's dropping: the plain loop's tokens."""
+    model = student[0]
+    rules = dict(
+        end_penalty=5.0, content_vocab=content_vocab(student[1]), title_penalty=2.0,
+        context_penalty=1.0, coverage_penalty=2.0, no_repeat_proposition=True,
+    )  # fmt: skip
+    plain = _generate(model, batch, lookahead=0, drop_finished=False, **rules)
+    assert not _same(plain, _generate(model, batch, lookahead=0, drop_finished=False))
+    for k in (0, 8):
+        assert _same(_generate(model, batch, lookahead=k, **rules), plain), k
+    kept = _generate(model, batch, num_beams=2, drop_finished=False, **rules)
+    assert _same(_generate(model, batch, num_beams=2, **rules), kept)

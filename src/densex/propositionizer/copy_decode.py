@@ -34,7 +34,10 @@ those of `content_vocab`, the sentence's words less stop words and punctuation, 
 every piece of the sentence): a student that ends before it has said what its sentence says
 (coverage 86-87% of the content words, the teacher's 97%) goes on while much is unsaid, and
 under beam search a hypothesis that ends early carries the penalty in its final score (the
-coverage term of Wu et al. 2016's beam scoring, counted on written pieces).
+coverage term of Wu et al. 2016's beam scoring, counted on written pieces). With it, a row
+that has written `END_RATIO` times its sentence's word pieces (plus `END_SLACK`) ends there:
+a sentence whose words the student cannot place would otherwise run to `max_new_tokens`
+(2.7% of the validation sentences at ε = 20, each one output of repeated context copies).
 `context_penalty` γ subtracts γ from the copy score of every title and context position
 (`copy_lm.copy_attention`; the content positions keep theirs): a student that copies a clause
 of an earlier sentence in place of its own sentence's ("entrance to the V&A is located in the
@@ -82,6 +85,10 @@ _HASH_BASE, _HASH_MOD = 1_000_003, 2_147_483_647  # products stay far below 2**6
 # whether it is accepted or not: per-sentence greedy on 2 Intel Xeon cores, 3.81 passages/s
 # one token a step vs 3.43 / 3.01 / 2.27 with 2 / 4 / 8 drafted; docs/propositionizer.md)
 LOOKAHEAD = 0
+# with the end penalty, a row ends after this many times its sentence's word pieces (+ slack):
+# the teacher's propositions of a validation sentence are at most 2.7 times its words (99th
+# percentile 2.1)
+END_RATIO, END_SLACK = 3, 8
 DROP_FRACTION = 0.125  # finished rows are dropped once they are this share of the batch
 
 
@@ -124,6 +131,9 @@ def decode(
     if end_penalty:  # per row: the distinct content pieces of its sentence (-1: padding)
         src["end_words"] = end_words(model, input_ids, content_vocab)
         src["end_penalty"] = float(end_penalty)
+        src["end_budget"] = (
+            END_RATIO * sentence_pieces(model, input_ids, attention_mask) + END_SLACK
+        )
     if context_penalty:
         src["context_penalty"] = float(context_penalty)
     if coverage_penalty:  # the copy attention summed over the steps so far, per candidate
@@ -177,6 +187,15 @@ def end_words(
     return ids[:, :width]
 
 
+def sentence_pieces(model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor):
+    """(B,) the word pieces of each row's sentence (its content positions, special tokens and
+    padding left out)."""
+    cfg = model.config
+    special = [cfg.pad_token_id, cfg.decoder_start_token_id, cfg.eos_token_id, cfg.prop_token_id]
+    keep = model.content_mask(input_ids) & attention_mask.bool()
+    return (keep & ~torch.isin(input_ids, input_ids.new_tensor(special))).sum(1)
+
+
 def unsaid_share(words: torch.Tensor, fed: torch.Tensor, lengths: torch.Tensor | None = None):
     """(R,) the share of each row's `words` (R, W; -1 padding, `end_words`) absent from its
     tokens `fed` (R, t + 1; each row's first `lengths`, default all); 0 for a row without
@@ -212,8 +231,8 @@ def apply_rules(
 ) -> torch.Tensor:
     """Next-token `logp` (R, V) after the tokens `fed` (R, t + 1; each row's first `lengths`,
     default all) with the decoding rules applied: never the padding or the start token, and
-    the `prop_bonus`, `title_penalty`, `end_penalty` and the `no_repeat_ngram_size` and
-    `no_repeat_proposition` bans where they are on."""
+    the `prop_bonus`, `title_penalty`, `end_penalty` (and its budget) and the
+    `no_repeat_ngram_size` and `no_repeat_proposition` bans where they are on."""
     logp[:, [model.config.pad_token_id, model.config.decoder_start_token_id]] = float("-inf")
     if "prop_bonus" in src:
         logp[:, model.config.prop_token_id] += src["prop_bonus"]
@@ -227,6 +246,12 @@ def apply_rules(
         logp = ban_repeated_ngrams(logp, fed, src["no_repeat"], *rows)
     if "closers" in src:
         logp = ban_repeated_propositions(logp, fed, fed.new_tensor(src["closers"]), *rows)
+    if "end_budget" in src:  # a row past its budget ends now
+        written = (fed.shape[1] if lengths is None else lengths) - 1
+        over = (written >= src["end_budget"]).nonzero().flatten()
+        if len(over):
+            logp[over] = float("-inf")
+            logp[over, model.config.eos_token_id] = 0.0
     return logp
 
 
