@@ -213,3 +213,26 @@ def test_min_own_share_drops_propositions_copied_from_the_context():
     assert supported(props, sentence, title, 0, min_own_share=0.9) == []  # "cyclades" is not
     kept = resolve_output(json.dumps(props), sentence, title=title, min_own_share=0.5)
     assert kept.propositions == props[:1]
+
+
+def test_min_new_words_drops_restatements_of_earlier_propositions():
+    """`propositionizer.min_new_words`: a proposition must add content words to those kept
+    before it in the same output. Real student outputs for one validation sentence: the
+    shorter restatement goes, a proposition that adds a word ("museum") stays."""
+    from densex.propositionizer.resolve import resolve_output, supported
+
+    sentence = (
+        "The museum is a non-departmental public body sponsored by the Department for Culture, "
+        "Media and Sport."
+    )
+    props = [
+        "The V&A is a non-departmental public body sponsored by the Department for Culture.",
+        "The V&A is a non-departmental public body.",
+        "The V&A museum is a non-departmental public body.",
+    ]
+    title = "Victoria and Albert Museum"
+    assert supported(props, sentence, title, 0) == props
+    assert supported(props, sentence, title, 0, min_new_words=1) == [props[0], props[2]]
+    assert supported(props, sentence, title, 0, min_new_words=2) == props[:1]
+    kept = resolve_output(json.dumps(props[1:2] * 2), sentence, title=title, min_new_words=1)
+    assert kept.propositions == props[1:2]

@@ -131,9 +131,7 @@ def decode(
     if end_penalty:  # per row: the distinct content pieces of its sentence (-1: padding)
         src["end_words"] = end_words(model, input_ids, content_vocab)
         src["end_penalty"] = float(end_penalty)
-        src["end_budget"] = (
-            END_RATIO * sentence_pieces(model, input_ids, attention_mask) + END_SLACK
-        )
+        src["end_budget"] = END_RATIO * sentence_mask(model, input_ids).sum(1) + END_SLACK
     if context_penalty:
         src["context_penalty"] = float(context_penalty)
     if coverage_penalty:  # the copy attention summed over the steps so far, per candidate
@@ -172,10 +170,7 @@ def end_words(
     """(B, W) the distinct word pieces of each row's sentence (`copy_lm.content_positions`)
     that `content_vocab` (V,) bool marks (None: every piece but the special tokens), sorted,
     -1 after them: what `end_penalty` counts as said or unsaid."""
-    cfg = model.config
-    content = model.content_mask(input_ids)
-    special = [cfg.pad_token_id, cfg.decoder_start_token_id, cfg.eos_token_id, cfg.prop_token_id]
-    keep = content & ~torch.isin(input_ids, input_ids.new_tensor(special))
+    keep = sentence_mask(model, input_ids)
     if content_vocab is not None:
         keep &= content_vocab.to(input_ids.device)[input_ids]
     ids = torch.where(keep, input_ids, -1).sort(1).values
@@ -187,13 +182,12 @@ def end_words(
     return ids[:, :width]
 
 
-def sentence_pieces(model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor):
-    """(B,) the word pieces of each row's sentence (its content positions, special tokens and
-    padding left out)."""
+def sentence_mask(model: Any, input_ids: torch.Tensor) -> torch.Tensor:
+    """(B, S) bool: the word pieces of each row's sentence (its content positions,
+    `copy_lm.content_positions`, the special tokens and padding left out)."""
     cfg = model.config
     special = [cfg.pad_token_id, cfg.decoder_start_token_id, cfg.eos_token_id, cfg.prop_token_id]
-    keep = model.content_mask(input_ids) & attention_mask.bool()
-    return (keep & ~torch.isin(input_ids, input_ids.new_tensor(special))).sum(1)
+    return model.content_mask(input_ids) & ~torch.isin(input_ids, input_ids.new_tensor(special))
 
 
 def unsaid_share(words: torch.Tensor, fed: torch.Tensor, lengths: torch.Tensor | None = None):

@@ -229,6 +229,7 @@ def _merge(
         owners=owners,
         min_shared_words=opts.min_shared_words,
         min_own_share=opts.min_own_share,
+        min_new_words=opts.min_new_words,
         **record,
     )
 
@@ -287,6 +288,7 @@ def _settings_record(settings: dict[str, Any], opts: ModelSettings) -> dict[str,
         "context_sentences": opts.context_sentences if opts.per_sentence else 0,
         "min_shared_words": opts.min_shared_words,
         "min_own_share": opts.min_own_share,
+        "min_new_words": opts.min_new_words,
     }
 
 

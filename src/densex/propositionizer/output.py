@@ -49,7 +49,7 @@ def manifest_path(out_path: str | os.PathLike) -> Path:
 def _resolve_all(
     units: Sequence[Record], owners: Sequence[int], raws: Sequence[str | None],
     fallback: str, spacy_model: str | None, limits: ParseLimits, min_shared: int = 0,
-    min_own_share: float = 0.0,
+    min_own_share: float = 0.0, min_new_words: int = 0,
 ) -> Iterator[tuple[Record, int, Resolved]]:  # fmt: skip
     """(unit, its passage index, its resolved output) for every raw output; a parse error
     names the unit."""
@@ -58,7 +58,15 @@ def _resolve_all(
         try:
             title = unit.get("title") or ""
             resolved = resolve_output(
-                raw, unit["text"], fallback, split, limits, min_shared, title, min_own_share
+                raw,
+                unit["text"],
+                fallback,
+                split,
+                limits,
+                min_shared,
+                title,
+                min_own_share,
+                min_new_words,
             )
         except Exception as e:
             raise ValueError(f"passage {unit['id']!r}: parsing its output failed: {e}") from e
@@ -76,6 +84,7 @@ def write_propositions(
     owners: Sequence[int] | None = None,
     min_shared_words: int = 0,
     min_own_share: float = 0.0,
+    min_new_words: int = 0,
     **manifest: Any,
 ) -> ParseStats:
     """Parse every raw output (with fallbacks, within `limits`) and write the propositions
@@ -85,7 +94,8 @@ def write_propositions(
     passages; `owners[i]`: unit i's passage, `sentence_inputs.py`), each parsed and falling
     back on its own text; parse counts are per unit (`outputs`), rejected ids logged. With
     `min_shared_words` (`min_own_share`), propositions sharing fewer content words (a smaller
-    share of theirs) with their own input text are dropped (`resolve.supported`).
+    share of theirs) with their own input text are dropped, with `min_new_words` those adding
+    fewer content words to the earlier ones of their output (`resolve.supported`).
     """
     units = passages if units is None else units
     owners = range(len(passages)) if owners is None else owners
@@ -94,7 +104,7 @@ def write_propositions(
     limits = limits or ParseLimits()
     rows: list[Record] = [{"id": p["id"], "propositions": []} for p in passages]
     stats, rejected_ids = ParseStats(), []
-    parse = (fallback, spacy_model, limits, min_shared_words, min_own_share)
+    parse = (fallback, spacy_model, limits, min_shared_words, min_own_share, min_new_words)
     for unit, owner, resolved in _resolve_all(units, owners, raws, *parse):
         if resolved.result.rejected:
             rejected_ids.append(unit["id"])

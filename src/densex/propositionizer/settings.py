@@ -93,6 +93,9 @@ class ModelSettings(PropositionizerSettings):
     # are in the text it was written for: per sentence with context, a proposition copied
     # from the context; 0: no such rule
     min_own_share: float = 0.0
+    # drop a proposition that adds fewer than this many content words to the propositions
+    # kept before it in the same output (a restatement); 0: no such rule
+    min_new_words: int = 0
     # the copy student's greedy: source tokens drafted and verified per step (exact: the same
     # tokens as one a step); null: copy_decode's default (0: one token a step, the fastest
     # measured; docs/propositionizer.md)

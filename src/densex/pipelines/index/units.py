@@ -44,6 +44,7 @@ def propositions_key(cfg: DictConfig, passages_path: Path) -> str:
         "context_sentences",
         "min_shared_words",
         "min_own_share",
+        "min_new_words",
     ):  # when set
         if not settings.get(name):
             settings.pop(name, None)
