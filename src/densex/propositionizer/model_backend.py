@@ -227,9 +227,7 @@ def _merge(
         hit_max_new_tokens=cut,
         units=units,
         owners=owners,
-        min_shared_words=opts.min_shared_words,
-        min_own_share=opts.min_own_share,
-        min_new_words=opts.min_new_words,
+        **{name: getattr(opts, name) for name in FILTERS},
         **record,
     )
 
@@ -253,6 +251,7 @@ def _merged(out_path: Path) -> bool:
     return record is not None and check_file(out_path, record) is None
 
 
+FILTERS = ("min_shared_words", "min_own_share", "min_new_words")  # the parse's proposition filters
 _NOT_KEYED = ("batch_size", "max_batch_tokens", "lookahead")  # cost, not tokens
 
 
@@ -286,9 +285,7 @@ def _settings_record(settings: dict[str, Any], opts: ModelSettings) -> dict[str,
         "decoding": "greedy" if opts.num_beams == 1 else "beam",
         "per_sentence": bool(opts.per_sentence),
         "context_sentences": opts.context_sentences if opts.per_sentence else 0,
-        "min_shared_words": opts.min_shared_words,
-        "min_own_share": opts.min_own_share,
-        "min_new_words": opts.min_new_words,
+        **{name: getattr(opts, name) for name in FILTERS},
     }
 
 

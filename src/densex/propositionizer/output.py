@@ -92,10 +92,9 @@ def write_propositions(
 
     One row per passage, in passage order. `raws` are the outputs of `units` (default: the
     passages; `owners[i]`: unit i's passage, `sentence_inputs.py`), each parsed and falling
-    back on its own text; parse counts are per unit (`outputs`), rejected ids logged. With
-    `min_shared_words` (`min_own_share`), propositions sharing fewer content words (a smaller
-    share of theirs) with their own input text are dropped, with `min_new_words` those adding
-    fewer content words to the earlier ones of their output (`resolve.supported`).
+    back on its own text; parse counts are per unit (`outputs`), rejected ids logged. The
+    filters `min_shared_words`, `min_own_share` and `min_new_words` drop propositions as
+    `resolve.supported` says.
     """
     units = passages if units is None else units
     owners = range(len(passages)) if owners is None else owners
