@@ -148,3 +148,20 @@ def test_a_claim_held_by_this_process_is_reentrant_and_released(tmp_path):
         holder = json.loads((tmp_path / ".x.lock.holder").read_text())
         assert holder["pid"] == os.getpid()
     assert locks.held_here() == [] and not (tmp_path / ".x.lock.holder").exists()
+
+
+def test_a_failed_pass_releases_the_claims_it_took(tmp_path):
+    """`share_pending`: when a pass raises after claiming items (a refused unit while encoding
+    a shard), its claims are released before the error goes on, so this process holds nothing
+    and another can claim the item; without the release the claim outlives the error."""
+    items = [0, 1, 2]
+    path_of = lambda i: tmp_path / f"item-{i}"  # noqa: E731
+
+    def run(pending):
+        for item in locks.claim_each(pending, path_of, lambda i: False, "item"):
+            if item == 1:
+                raise DataError(path_of(item), None, None, "refused")
+
+    with pytest.raises(DataError, match="refused"):
+        locks.share_pending(items, lambda i: path_of(i).exists(), path_of, run, "item")
+    assert locks.held_here() == []

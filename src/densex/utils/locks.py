@@ -220,12 +220,19 @@ def share_pending(
 ) -> None:
     """Until every item is done: `run(pending items)` (which claims what nobody holds, through
     `claim_each`), then wait for each item still pending (held by another process, which writes
-    it or dies and leaves it to the next pass). A `RuntimeError` if passes stop making progress."""
+    it or dies and leaves it to the next pass). A `RuntimeError` if passes stop making progress.
+    When `run` raises, the claims it took are released before the error goes on: a long-lived
+    process (a notebook, the search service) does not keep items from the others."""
     for _ in range(len(items) + 2):  # every pass completes or takes over at least one item
         pending = [item for item in items if not is_done(item)]
         if not pending:
             return
-        run(pending)
+        try:
+            run(pending)
+        except BaseException:
+            for item in pending:
+                release(path_of(item))  # a no-op where this process holds no claim
+            raise
         for item in pending:
             if not is_done(item):
                 wait_for(path_of(item), what)
