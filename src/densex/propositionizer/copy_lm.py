@@ -422,37 +422,29 @@ class CopyPrefixLM(BertPreTrainedModel):
         not the tokens; a `shortlist` (token ids the vocabulary path may write besides the
         sources' own, `copy_decode.with_shortlist`) changes both. `content_vocab` (V,) bool:
         the word pieces `end_penalty` counts (`content_pieces.content_vocab`; None: all)."""
-        if no_repeat_ngram_size is None:
-            no_repeat_ngram_size = getattr(self.config, "no_repeat_ngram_size", None)
-        if coverage_penalty is None:
-            coverage_penalty = getattr(self.config, "coverage_penalty", None)
-        if no_repeat_proposition is None:
-            no_repeat_proposition = getattr(self.config, "no_repeat_proposition", None)
-        if prop_bonus is None:
-            prop_bonus = getattr(self.config, "prop_bonus", None)
-        if title_penalty is None:
-            title_penalty = getattr(self.config, "title_penalty", None)
-        if end_penalty is None:
-            end_penalty = getattr(self.config, "end_penalty", None)
-        if context_penalty is None:
-            context_penalty = getattr(self.config, "context_penalty", None)
+        rules = {
+            "no_repeat_ngram_size": no_repeat_ngram_size,
+            "coverage_penalty": coverage_penalty,
+            "no_repeat_proposition": no_repeat_proposition,
+            "prop_bonus": prop_bonus,
+            "title_penalty": title_penalty,
+            "end_penalty": end_penalty,
+            "context_penalty": context_penalty,
+        }
+        for name, value in rules.items():  # null: the config's (an export carries them)
+            if value is None:
+                rules[name] = getattr(self.config, name, None)
         return decode(
             self,
             input_ids,
             attention_mask,
             max_new_tokens,
             num_beams,
-            no_repeat_ngram_size,
-            coverage_penalty,
-            no_repeat_proposition,
-            lookahead,
-            drop_finished,
-            prop_bonus,
-            shortlist,
-            title_penalty,
-            end_penalty,
-            content_vocab,
-            context_penalty,
+            lookahead=lookahead,
+            drop_finished=drop_finished,
+            shortlist=shortlist,
+            content_vocab=content_vocab,
+            **rules,
         )
 
 

@@ -28,7 +28,7 @@ from densex.propositionizer.output import (
 )
 from densex.propositionizer.resolve import SentenceSplitter
 from densex.propositionizer.sentence_inputs import sentence_units
-from densex.propositionizer.settings import DECODING_RULES, ModelSettings
+from densex.propositionizer.settings import DECODING_RULES, PARSE_FILTERS, ModelSettings
 from densex.utils.cache import content_key, hash_file
 from densex.utils.integrity import check_file, remove_orphans
 from densex.utils.io import DataError, read_json
@@ -227,7 +227,7 @@ def _merge(
         hit_max_new_tokens=cut,
         units=units,
         owners=owners,
-        **{name: getattr(opts, name) for name in FILTERS},
+        **{name: getattr(opts, name) for name in PARSE_FILTERS},
         **record,
     )
 
@@ -251,7 +251,6 @@ def _merged(out_path: Path) -> bool:
     return record is not None and check_file(out_path, record) is None
 
 
-FILTERS = ("min_shared_words", "min_own_share", "min_new_words")  # the parse's proposition filters
 _NOT_KEYED = ("batch_size", "max_batch_tokens", "lookahead")  # cost, not tokens
 
 
@@ -285,7 +284,7 @@ def _settings_record(settings: dict[str, Any], opts: ModelSettings) -> dict[str,
         "decoding": "greedy" if opts.num_beams == 1 else "beam",
         "per_sentence": bool(opts.per_sentence),
         "context_sentences": opts.context_sentences if opts.per_sentence else 0,
-        **{name: getattr(opts, name) for name in FILTERS},
+        **{name: getattr(opts, name) for name in PARSE_FILTERS},
     }
 
 

@@ -29,10 +29,8 @@ class PropositionizerSettings(ParseLimits):
     spacy_model: str | None = "en_core_web_lg"  # rule-based sentencizer when not installed
 
 
-# ModelSettings' decoding rules, passed to `generate` and keyed only when set (they came after
-# published keys)
-DECODING_RULES = (
-    "no_repeat_ngram_size",
+# ModelSettings' decoding rules that exist for the copy-aware student only (`copy_decode.py`)
+COPY_STUDENT_RULES = (
     "coverage_penalty",
     "no_repeat_proposition",
     "prop_bonus",
@@ -40,6 +38,11 @@ DECODING_RULES = (
     "end_penalty",
     "context_penalty",
 )
+# ModelSettings' decoding rules, passed to `generate` and keyed only when set (they came after
+# published keys)
+DECODING_RULES = ("no_repeat_ngram_size", *COPY_STUDENT_RULES)
+# ModelSettings' proposition filters, applied when the outputs are parsed (`resolve.supported`)
+PARSE_FILTERS = ("min_shared_words", "min_own_share", "min_new_words")
 
 
 @dataclass

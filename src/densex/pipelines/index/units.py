@@ -16,7 +16,7 @@ from densex.corpus.units import build_units
 from densex.corpus.units_key import units_dir_for
 from densex.pipelines.edge import corpus_spec, propositionizer_settings, trainer_args
 from densex.propositionizer.output import manifest_path
-from densex.propositionizer.settings import DECODING_RULES
+from densex.propositionizer.settings import DECODING_RULES, PARSE_FILTERS
 from densex.utils.cache import artifact_dir, content_key, hash_file
 from densex.utils.integrity import handle_damage, remove_orphans, verify_files
 from densex.utils.io import DataError, read_json
@@ -39,13 +39,7 @@ def propositions_key(cfg: DictConfig, passages_path: Path) -> str:
     for rule in (*DECODING_RULES, "shortlist"):  # keyed only when set: older keys stay
         if settings.get(rule) is None:
             settings.pop(rule, None)
-    for name in (
-        "per_sentence",
-        "context_sentences",
-        "min_shared_words",
-        "min_own_share",
-        "min_new_words",
-    ):  # when set
+    for name in ("per_sentence", "context_sentences", *PARSE_FILTERS):  # keyed when set
         if not settings.get(name):
             settings.pop(name, None)
     settings.pop("lookahead", None)  # the same tokens, whatever its value

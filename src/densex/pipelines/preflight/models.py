@@ -16,18 +16,9 @@ from omegaconf import DictConfig
 
 from densex.pipelines.index.units import generates_propositions
 from densex.pipelines.preflight.hub import PreflightError, check_model
+from densex.propositionizer.settings import COPY_STUDENT_RULES
 from densex.propositionizer.surface import COPY_MODEL_TYPE
 from densex.utils.models import resolve_model
-
-# decoding rules that exist for the copy-aware student only (`copy_decode.py`)
-COPY_STUDENT_RULES = (
-    "coverage_penalty",
-    "no_repeat_proposition",
-    "prop_bonus",
-    "title_penalty",
-    "end_penalty",
-    "context_penalty",
-)
 
 
 def check_retrieval_models(cfg: DictConfig, entry: str) -> dict[str, str]:
