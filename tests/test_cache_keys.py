@@ -19,6 +19,7 @@ from densex.pipelines.edge import corpus_spec, propositionizer_settings, trainer
 from densex.pipelines.index.units import build_corpus_units, propositions_key, unit_file
 from densex.propositionizer import fingerprint as fingerprint_module
 from densex.propositionizer import model_backend
+from densex.propositionizer import settings as settings_module
 from densex.propositionizer.fingerprint import model_fingerprint
 from densex.propositionizer.teacher_backend import teacher_from_settings
 from densex.retrieval.bm25 import bm25_settings
@@ -118,6 +119,18 @@ def test_every_cache_key_of_the_demo_is_unchanged(tmp_path, monkeypatch) -> None
     monkeypatch.chdir(PROJECT_ROOT)
     monkeypatch.setattr(fingerprint_module, "hub_commit", lambda repo, cache_dir=None: "c0ffee")
     assert demo_keys(tmp_path) == PINNED
+
+
+def test_a_new_decoder_version_moves_only_the_generated_propositions(tmp_path, monkeypatch) -> None:
+    """Bumping `DECODER_VERSION` (a change that writes other tokens under the same settings)
+    gives the model's propositions and shards new keys, so nothing the older code cached is
+    reused; every other artifact, and the teacher's outputs, stay where they were."""
+    monkeypatch.chdir(PROJECT_ROOT)
+    monkeypatch.setattr(fingerprint_module, "hub_commit", lambda repo, cache_dir=None: "c0ffee")
+    monkeypatch.setattr(settings_module, "DECODER_VERSION", 1)
+    got = demo_keys(tmp_path)
+    moved = {name for name in PINNED if got[name] != PINNED[name]}
+    assert moved == {"propositions/model", "model_shards"}
 
 
 # the units keys of the other shipped corpora (the squad-open files' hashes; FactoidWiki's and

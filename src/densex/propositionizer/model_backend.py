@@ -13,6 +13,7 @@ from typing import Any
 
 import pytorch_lightning as pl
 
+from densex.propositionizer import settings as spec
 from densex.propositionizer.fingerprint import effective_dtype, model_fingerprint
 from densex.propositionizer.generator import (
     PropositionGenerator,
@@ -257,10 +258,12 @@ _NOT_KEYED = ("batch_size", "max_batch_tokens", "lookahead")  # cost, not tokens
 def _shards_key(
     fingerprint: dict[str, Any], passages_sha: str, opts: ModelSettings, settings: dict[str, Any]
 ) -> str:
-    """The shard directory's key: model, passages, shard size and the generation settings.
-    batch_size and dtype do not change greedy outputs in principle, but bf16 vs fp32 can flip
-    near-ties; keep dtype in the key, leave batch_size out so a resume may change it."""
+    """The shard directory's key: model, passages, shard size, the generation settings and the
+    code's `DECODER_VERSION` (from 1). batch_size and dtype do not change greedy outputs in
+    principle, but bf16 vs fp32 can flip near-ties: dtype is keyed, batch_size not (a resume
+    may change it)."""
     per_sentence = {"per_sentence": True} if opts.per_sentence else {}  # old keys unchanged
+    per_sentence |= {"decoder": spec.DECODER_VERSION} if spec.DECODER_VERSION else {}
     if opts.per_sentence and opts.context_sentences:
         per_sentence["context_sentences"] = opts.context_sentences
     if opts.shortlist:  # keyed by the file's content, not only its path

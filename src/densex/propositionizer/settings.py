@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from densex.propositionizer.parse import ParseLimits
 
-__all__ = ["ModelSettings", "PropositionizerSettings", "TeacherSettings"]
+__all__ = ["DECODER_VERSION", "ModelSettings", "PropositionizerSettings", "TeacherSettings"]
 
 
 @dataclass
@@ -43,6 +43,11 @@ COPY_STUDENT_RULES = (
 DECODING_RULES = ("no_repeat_ngram_size", *COPY_STUDENT_RULES)
 # ModelSettings' proposition filters, applied when the outputs are parsed (`resolve.supported`)
 PARSE_FILTERS = ("min_shared_words", "min_own_share", "min_new_words")
+# The model backend's behaviour version: bump it when a change to the code makes it write other
+# tokens or propositions under the same settings (a decoding rule's arithmetic, a filter's test).
+# The propositions and shard keys hold it (from 1 on: the keys of version 0, all code up to its
+# introduction, stay where they were), so what older code cached is regenerated, not reused.
+DECODER_VERSION = 0
 
 
 @dataclass

@@ -15,6 +15,7 @@ from omegaconf import DictConfig, OmegaConf
 from densex.corpus.units import build_units
 from densex.corpus.units_key import units_dir_for
 from densex.pipelines.edge import corpus_spec, propositionizer_settings, trainer_args
+from densex.propositionizer import settings as spec
 from densex.propositionizer.output import manifest_path
 from densex.propositionizer.settings import DECODING_RULES, PARSE_FILTERS
 from densex.utils.cache import artifact_dir, content_key, hash_file
@@ -30,8 +31,8 @@ log = get_logger(__name__)
 def propositions_key(cfg: DictConfig, passages_path: Path) -> str:
     """Cache key of generated propositions: the passages, the settings, and the content behind
     them that a path string hides: the model checkpoint's files (the fingerprint
-    `model_backend.py` keys its shards with), a shortlist file and the teacher's prompt
-    template (sha256)."""
+    `model_backend.py` keys its shards with) and the generation code's `DECODER_VERSION`, a
+    shortlist file and the teacher's prompt template (sha256)."""
     # the propositionizer (transformers) loads only when propositions are generated
     from densex.propositionizer.fingerprint import effective_dtype, model_fingerprint
 
@@ -50,6 +51,8 @@ def propositions_key(cfg: DictConfig, passages_path: Path) -> str:
     content: dict[str, Any] = {}
     if ptype == "model" and settings.get("model") not in (None, "???"):
         content["model"] = model_fingerprint(resolve_model(str(settings["model"])))
+        if spec.DECODER_VERSION:  # outputs of older generation code are not reused
+            content["decoder"] = spec.DECODER_VERSION
         # `auto` means bf16 on a GPU and fp32 on CPU: key by what generation really runs in
         content["dtype"] = effective_dtype(str(settings.get("dtype", "auto")), trainer_args(cfg))
         if settings.get("shortlist"):  # the file's content, not only its path
