@@ -50,15 +50,34 @@ def _generate(model, enc, **kw):
         return model.generate(**enc, max_new_tokens=40, **kw)
 
 
+@pytest.fixture(scope="module")
+def reference(student, batch):
+    """`reference(path, rules)`: the plain loop's ids ("greedy" or "beam" 2, every row computed
+    to the end), generated once per module for each (path, rules) and shared by the checks."""
+    done: dict[tuple[str, str], torch.Tensor] = {}
+
+    def get(path: str, rules: str) -> torch.Tensor:
+        if (path, rules) not in done:
+            kw = {"lookahead": 0} if path == "greedy" else {"num_beams": 2}
+            done[path, rules] = _generate(
+                student[0], batch, drop_finished=False, **kw, **RULES[rules]
+            )
+        return done[path, rules]
+
+    return get
+
+
 def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
     """The exactness checks' comparison: the same shape and the same token ids."""
     return a.shape == b.shape and torch.equal(a, b)
 
 
 @pytest.mark.parametrize("rules", sorted(RULES))
-def test_greedy_lookahead_and_row_dropping_write_plain_greedys_tokens(student, batch, rules):
+def test_greedy_lookahead_and_row_dropping_write_plain_greedys_tokens(
+    student, batch, rules, reference
+):
     model = student[0]
-    plain = _generate(model, batch, lookahead=0, drop_finished=False, **RULES[rules])
+    plain = reference("greedy", rules)
     ended = (plain[:, 1:] == model.config.eos_token_id).any(1)
     assert 0 < int(ended.sum()) < len(plain)  # some rows end early, some run to the limit
     for k in (0, 8):  # 0: rows dropped only
@@ -81,9 +100,11 @@ def test_lookahead_verifies_several_tokens_per_pass(student, batch, monkeypatch)
 
 
 @pytest.mark.parametrize("rules", ["none", "all"])
-def test_beam_search_dropping_finished_examples_writes_the_same_tokens(student, batch, rules):
+def test_beam_search_dropping_finished_examples_writes_the_same_tokens(
+    student, batch, rules, reference
+):
     model = student[0]
-    kept = _generate(model, batch, num_beams=2, drop_finished=False, **RULES[rules])
+    kept = reference("beam", rules)
     dropped = _generate(model, batch, num_beams=2, **RULES[rules])
     assert _same(dropped, kept)
 
@@ -106,13 +127,15 @@ def _rows_rolled(monkeypatch) -> list[int]:
 
 
 @pytest.mark.parametrize("rules", sorted(RULES))
-def test_row_dropping_check_fails_when_the_wrong_rows_are_kept(student, batch, rules, monkeypatch):
+def test_row_dropping_check_fails_when_the_wrong_rows_are_kept(
+    student, batch, rules, reference, monkeypatch
+):
     """Breaking what greedy keeps when it drops finished rows changes its tokens, so the
     exactness check above reads the rows dropping keeps. It does drop: one ended row is
     DROP_FRACTION of the 8 (without rules one row ends, at step 28 of 40, and 7 survive; with
     them three rows end and the batch is cut three times)."""
     model = student[0]
-    plain = _generate(model, batch, lookahead=0, drop_finished=False, **RULES[rules])
+    plain = reference("greedy", rules)
     calls = _rows_rolled(monkeypatch)
     broken = _generate(model, batch, lookahead=0, **RULES[rules])
     assert calls and min(calls) > 1  # the sabotage ran, on more than one surviving row
@@ -121,13 +144,13 @@ def test_row_dropping_check_fails_when_the_wrong_rows_are_kept(student, batch, r
 
 @pytest.mark.parametrize("rules", sorted(RULES))
 def test_lookahead_check_fails_when_one_unconfirmed_token_is_accepted(
-    student, batch, rules, monkeypatch
+    student, batch, rules, reference, monkeypatch
 ):
     """Accepting one drafted position more than greedy confirms (the token greedy would write
     after a rejected draft token) changes the output, so the exactness check above reads
     what lookahead accepts, not merely that it runs."""
     model = student[0]
-    plain = _generate(model, batch, lookahead=0, drop_finished=False, **RULES[rules])
+    plain = reference("greedy", rules)
     verify, stretched = copy_decode._verify, []
 
     def one_more(model, src, seq, count, tokens):
@@ -143,12 +166,14 @@ def test_lookahead_check_fails_when_one_unconfirmed_token_is_accepted(
 
 
 @pytest.mark.parametrize("rules", sorted(RULES))
-def test_beam_dropping_check_fails_when_the_wrong_rows_are_kept(student, batch, rules, monkeypatch):
+def test_beam_dropping_check_fails_when_the_wrong_rows_are_kept(
+    student, batch, rules, reference, monkeypatch
+):
     """Beam search with the finished examples' rows dropped, the survivors' cache rolled by one
     row (a beam reads another beam's, or another example's, source): the tokens change, so the
     beam exactness check above reads the rows dropping keeps."""
     model = student[0]
-    kept = _generate(model, batch, num_beams=2, drop_finished=False, **RULES[rules])
+    kept = reference("beam", rules)
     calls = _rows_rolled(monkeypatch)
     broken = _generate(model, batch, num_beams=2, **RULES[rules])
     assert calls and min(calls) > 1
