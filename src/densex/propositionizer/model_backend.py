@@ -258,10 +258,9 @@ _NOT_KEYED = ("batch_size", "max_batch_tokens", "lookahead")  # cost, not tokens
 def _shards_key(
     fingerprint: dict[str, Any], passages_sha: str, opts: ModelSettings, settings: dict[str, Any]
 ) -> str:
-    """The shard directory's key: model, passages, shard size, the generation settings and the
-    code's `DECODER_VERSION` (from 1). batch_size and dtype do not change greedy outputs in
-    principle, but bf16 vs fp32 can flip near-ties: dtype is keyed, batch_size not (a resume
-    may change it)."""
+    """The shard directory's key: model, passages, shard size, generation settings, the code's
+    `DECODER_VERSION` (from 1). bf16 vs fp32 can flip near-ties: dtype is keyed; batch_size
+    changes no tokens in principle and is not (a resume may change it)."""
     per_sentence = {"per_sentence": True} if opts.per_sentence else {}  # old keys unchanged
     per_sentence |= {"decoder": spec.DECODER_VERSION} if spec.DECODER_VERSION else {}
     if opts.per_sentence and opts.context_sentences:
