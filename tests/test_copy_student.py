@@ -331,7 +331,7 @@ def test_end_penalty_lowers_the_end_by_the_share_of_the_sentence_unsaid(copy_dir
     from transformers import AutoTokenizer
 
     from densex.propositionizer.content_pieces import content_vocab
-    from densex.propositionizer.copy_decode import apply_rules, end_words
+    from densex.propositionizer.copy_decode import apply_rules, end_words, sentence_mask
     from densex.propositionizer.pairs import format_source
 
     tok = AutoTokenizer.from_pretrained(copy_dir)
@@ -341,7 +341,7 @@ def test_end_penalty_lowers_the_end_by_the_share_of_the_sentence_unsaid(copy_dir
         "Genghis Khan", "", "He was born as Temujin in 1162.", context="Khan founded an empire."
     )
     enc = tok([source], return_tensors="pt")
-    words = end_words(model, enc.input_ids, vocab)
+    words = end_words(enc.input_ids, sentence_mask(model, enc.input_ids), vocab)
     expected = set(tok.convert_tokens_to_ids(tok.tokenize("born temujin 1162")))
     assert set(words[0].tolist()) - {-1} == expected
     said = tok("temujin was born", add_special_tokens=False).input_ids

@@ -129,9 +129,10 @@ def decode(
         weight, src["title_ids"] = marked.topk(max(1, int(marked.sum(1).max())), dim=1)
         src["title_penalty"] = weight * float(title_penalty)
     if end_penalty:  # per row: the distinct content pieces of its sentence (-1: padding)
-        src["end_words"] = end_words(model, input_ids, content_vocab)
+        sentence = sentence_mask(model, input_ids)
+        src["end_words"] = end_words(input_ids, sentence, content_vocab)
         src["end_penalty"] = float(end_penalty)
-        src["end_budget"] = END_RATIO * sentence_mask(model, input_ids).sum(1) + END_SLACK
+        src["end_budget"] = END_RATIO * sentence.sum(1) + END_SLACK
     if context_penalty:
         src["context_penalty"] = float(context_penalty)
     if coverage_penalty:  # the copy attention summed over the steps so far, per candidate
@@ -165,14 +166,14 @@ def with_shortlist(model: Any, shortlist: torch.Tensor, sources: torch.Tensor) -
 
 
 def end_words(
-    model: Any, input_ids: torch.Tensor, content_vocab: torch.Tensor | None = None
+    input_ids: torch.Tensor, sentence: torch.Tensor, content_vocab: torch.Tensor | None = None
 ) -> torch.Tensor:
-    """(B, W) the distinct word pieces of each row's sentence (`copy_lm.content_positions`)
+    """(B, W) the distinct word pieces of each row's sentence (`sentence`: its `sentence_mask`)
     that `content_vocab` (V,) bool marks (None: every piece but the special tokens), sorted,
     -1 after them: what `end_penalty` counts as said or unsaid."""
-    keep = sentence_mask(model, input_ids)
+    keep = sentence  # not changed in place: the caller's budget reads it too
     if content_vocab is not None:
-        keep &= content_vocab.to(input_ids.device)[input_ids]
+        keep = keep & content_vocab.to(input_ids.device)[input_ids]
     ids = torch.where(keep, input_ids, -1).sort(1).values
     repeat = torch.cat(
         [torch.zeros_like(ids[:, :1], dtype=torch.bool), ids[:, 1:] == ids[:, :-1]], 1
