@@ -262,7 +262,7 @@ def _shards_key(
     `DECODER_VERSION` (from 1). bf16 vs fp32 can flip near-ties: dtype is keyed; batch_size
     changes no tokens in principle and is not (a resume may change it)."""
     per_sentence = {"per_sentence": True} if opts.per_sentence else {}  # old keys unchanged
-    per_sentence |= {"decoder": spec.DECODER_VERSION} if spec.DECODER_VERSION else {}
+    per_sentence |= spec.decoder_key()
     if opts.per_sentence and opts.context_sentences:
         per_sentence["context_sentences"] = opts.context_sentences
     if opts.shortlist:  # keyed by the file's content, not only its path

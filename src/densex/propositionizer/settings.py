@@ -13,7 +13,13 @@ from dataclasses import dataclass, field
 
 from densex.propositionizer.parse import ParseLimits
 
-__all__ = ["DECODER_VERSION", "ModelSettings", "PropositionizerSettings", "TeacherSettings"]
+__all__ = [
+    "DECODER_VERSION",
+    "decoder_key",
+    "ModelSettings",
+    "PropositionizerSettings",
+    "TeacherSettings",
+]
 
 
 @dataclass
@@ -48,6 +54,11 @@ PARSE_FILTERS = ("min_shared_words", "min_own_share", "min_new_words")
 # The propositions and shard keys hold it (from 1 on: the keys of version 0, all code up to its
 # introduction, stay where they were), so what older code cached is regenerated, not reused.
 DECODER_VERSION = 0
+
+
+def decoder_key() -> dict[str, int]:
+    """What the propositions and shard keys add for `DECODER_VERSION`: nothing at 0."""
+    return {"decoder": DECODER_VERSION} if DECODER_VERSION else {}
 
 
 @dataclass

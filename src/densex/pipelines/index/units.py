@@ -15,9 +15,8 @@ from omegaconf import DictConfig, OmegaConf
 from densex.corpus.units import build_units
 from densex.corpus.units_key import units_dir_for
 from densex.pipelines.edge import corpus_spec, propositionizer_settings, trainer_args
-from densex.propositionizer import settings as spec
 from densex.propositionizer.output import manifest_path
-from densex.propositionizer.settings import DECODING_RULES, PARSE_FILTERS
+from densex.propositionizer.settings import DECODING_RULES, PARSE_FILTERS, decoder_key
 from densex.utils.cache import artifact_dir, content_key, hash_file
 from densex.utils.integrity import handle_damage, remove_orphans, verify_files
 from densex.utils.io import DataError, read_json
@@ -51,8 +50,7 @@ def propositions_key(cfg: DictConfig, passages_path: Path) -> str:
     content: dict[str, Any] = {}
     if ptype == "model" and settings.get("model") not in (None, "???"):
         content["model"] = model_fingerprint(resolve_model(str(settings["model"])))
-        if spec.DECODER_VERSION:  # outputs of older generation code are not reused
-            content["decoder"] = spec.DECODER_VERSION
+        content |= decoder_key()  # outputs of older generation code are not reused
         # `auto` means bf16 on a GPU and fp32 on CPU: key by what generation really runs in
         content["dtype"] = effective_dtype(str(settings.get("dtype", "auto")), trainer_args(cfg))
         if settings.get("shortlist"):  # the file's content, not only its path
