@@ -58,16 +58,9 @@ def _resolve_all(
         try:
             title = unit.get("title") or ""
             resolved = resolve_output(
-                raw,
-                unit["text"],
-                fallback,
-                split,
-                limits,
-                min_shared,
-                title,
-                min_own_share,
-                min_new_words,
-            )
+                raw, unit["text"], fallback, split, limits, title=title, min_shared=min_shared,
+                min_own_share=min_own_share, min_new_words=min_new_words,
+            )  # fmt: skip
         except Exception as e:
             raise ValueError(f"passage {unit['id']!r}: parsing its output failed: {e}") from e
         yield unit, owner, resolved

@@ -137,8 +137,10 @@ def resolve_output(
     if fallback not in FALLBACK_MODES:
         raise ValueError(f"unknown fallback {fallback!r}; expected one of {FALLBACK_MODES}")
     result = parse_propositions(raw, limits)
-    rules = (min_shared, min_own_share, min_new_words)
-    kept = supported(list(result.propositions), passage_text, title, *rules)
+    kept = supported(
+        list(result.propositions), passage_text, title, min_shared,
+        min_own_share=min_own_share, min_new_words=min_new_words,
+    )  # fmt: skip
     if result.ok and kept:
         return Resolved(kept, result)
     reason = "rejected" if result.rejected else "unparseable" if not result.ok else "empty"
