@@ -10,6 +10,7 @@ SQuAD questions) under `OUT/validation/` and `OUT/test/`, and `split.json` with 
 and counts:
 
     python scripts/heldout_split.py --out HELD      # HELD/validation, HELD/test
+    python scripts/heldout_split.py --out HELD --with-train   # and HELD/train
     python evaluate.py corpus=squad-open corpus.passages=HELD/test/passages.jsonl \
         corpus.propositions=null propositionizer=model propositionizer.model=<run>/hf_model \
         granularity=proposition dataset.path=HELD/test/questions.jsonl retriever=minilm
@@ -54,14 +55,21 @@ def write_split(data_dir: Path, out: Path, passages: list[dict]) -> dict[str, in
 
 
 def heldout_split(
-    data_dir: Path, out: Path, val_fraction: float = 0.1, test_fraction: float = 0.1
+    data_dir: Path,
+    out: Path,
+    val_fraction: float = 0.1,
+    test_fraction: float = 0.1,
+    with_train: bool = False,
 ) -> dict[str, dict[str, int]]:
-    """Write the validation and test articles under `out/validation` and `out/test`; return
-    the counts per split (also in `out/split.json`, with the titles)."""
+    """Write the validation and test articles under `out/validation` and `out/test` (and, with
+    `with_train`, the training articles under `out/train`: e.g. to propositionize them for
+    `scripts/distill_targets.py`); return the counts per split (also in `out/split.json`, with
+    the titles)."""
     passages = [row for _, row in numbered_jsonl(data_dir / "passages.jsonl")]
-    _, val, test = split_articles(passages, val_fraction, test_fraction)
+    train, val, test = split_articles(passages, val_fraction, test_fraction)
     counts, titles = {}, {}
-    for name, rows in (("validation", val), ("test", test)):
+    splits = [("validation", val), ("test", test)] + ([("train", train)] if with_train else [])
+    for name, rows in splits:
         counts[name] = write_split(data_dir, out / name, rows)
         titles[name] = sorted({p["title"] for p in rows})
     record = {"val_fraction": val_fraction, "test_fraction": test_fraction, "counts": counts}
@@ -85,8 +93,12 @@ def main() -> None:
         help=f"data.val_fraction ({EXPERIMENT.name})",
     )
     ap.add_argument("--test-fraction", type=float, default=0.1, help="data.test_fraction")
+    ap.add_argument("--with-train", action="store_true", help="also write OUT/train")
     args = ap.parse_args()
-    print(json.dumps(heldout_split(args.data_dir, args.out, args.val_fraction, args.test_fraction)))
+    counts = heldout_split(
+        args.data_dir, args.out, args.val_fraction, args.test_fraction, args.with_train
+    )
+    print(json.dumps(counts))
 
 
 if __name__ == "__main__":
