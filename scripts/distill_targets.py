@@ -28,18 +28,25 @@ from densex.utils.io import DataError, numbered_jsonl, write_jsonl
 
 def distill_targets(teacher: Path, student: Path, out: Path) -> dict[str, int]:
     """Write `out` (atomically): `teacher`'s rows, those whose id is in `student` with the
-    student's propositions; return the counts of rows written and replaced."""
+    student's propositions; return the counts of rows written and replaced. The teacher file
+    is streamed; only the student's rows are held in memory."""
     fields = ("id", "propositions")
     theirs = {}
     for line, row in numbered_jsonl(student, required=fields):
         theirs[row["id"]] = (line, row["propositions"])
-    rows = [row for _, row in numbered_jsonl(teacher, required=fields)]
-    unknown = set(theirs) - {row["id"] for row in rows}
-    if unknown:
-        first = min(unknown, key=lambda i: theirs[i][0])
-        raise DataError(student, theirs[first][0], "id", f"{first!r} is not in {teacher}")
-    replaced = [{**r, "propositions": theirs[r["id"]][1]} if r["id"] in theirs else r for r in rows]
-    return {"rows": write_jsonl(out, replaced), "replaced": len(theirs)}
+    unseen = set(theirs)
+
+    def rows():
+        for _, row in numbered_jsonl(teacher, required=fields):
+            if row["id"] in theirs:
+                unseen.discard(row["id"])
+                row = {**row, "propositions": theirs[row["id"]][1]}
+            yield row
+        if unseen:  # raised inside the write: `out` is not written
+            first = min(unseen, key=lambda i: theirs[i][0])
+            raise DataError(student, theirs[first][0], "id", f"{first!r} is not in {teacher}")
+
+    return {"rows": write_jsonl(out, rows()), "replaced": len(theirs)}
 
 
 def main() -> None:

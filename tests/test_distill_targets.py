@@ -28,8 +28,11 @@ def _rows(path: Path) -> list[dict]:
 
 @pytest.fixture(scope="module")
 def held(squad_open: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("held")
-    _script("heldout_split").heldout_split(squad_open, out, 0.3125, 0.1, with_train=True)
+    from omegaconf import OmegaConf
+
+    out, split = tmp_path_factory.mktemp("held"), _script("heldout_split")
+    val_fraction = OmegaConf.load(split.EXPERIMENT).data.val_fraction  # as the script's default
+    split.heldout_split(squad_open, out, val_fraction, 0.1, with_train=True)
     return out
 
 
@@ -69,4 +72,4 @@ def test_a_student_row_of_another_corpus_is_located(squad_open, tmp_path):
     out = tmp_path / "out.jsonl"
     with pytest.raises(DataError, match=r"student\.jsonl:2: field 'id': 'Nowhere#0-0'"):
         _script("distill_targets").distill_targets(squad_open / "propositions.jsonl", student, out)
-    assert not out.exists()
+    assert list(tmp_path.iterdir()) == [student]  # nothing written, no temporary file left
