@@ -1,7 +1,6 @@
-"""The Lightning pieces of seq2seq generation: `PropositionGenerator` (a checkpoint's greedy
+"""The Lightning pieces of seq2seq generation: `PropositionGenerator` (a checkpoint's
 generation in `predict_step`, one predict batch = one shard of passages) and
-`PropositionShardWriter` (each predicted shard written atomically as `SHARD_NAME`).
-"""
+`PropositionShardWriter` (each predicted shard written atomically as `SHARD_NAME`)."""
 
 from __future__ import annotations
 
@@ -76,6 +75,7 @@ class PropositionGenerator(pl.LightningModule):
         title_penalty: float | None = None,
         end_penalty: float | None = None,
         context_penalty: float | None = None,
+        split_bonus: float | None = None,
         shortlist: str | None = None,
         lookahead: int | None = None,
         runtime: str = "torch",
@@ -103,6 +103,7 @@ class PropositionGenerator(pl.LightningModule):
             "title_penalty": title_penalty,
             "end_penalty": end_penalty,
             "context_penalty": context_penalty,
+            "split_bonus": split_bonus,
             "lookahead": lookahead,  # the copy student's; null: its default (copy_decode)
         }
         self.generate_kwargs = {k: v for k, v in rules.items() if v is not None}
