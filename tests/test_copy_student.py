@@ -304,7 +304,8 @@ def test_split_bonus_closes_a_proposition_past_split_after(
     """`propositionizer.split_bonus` reaches every step through the generator and `generate`:
     with a large bonus the untrained head, which writes no separator on its own, closes its
     proposition at the first piece past `SPLIT_AFTER`; greedy's tokens before it are
-    untouched; zero is no rule. (`SPLIT_AFTER` lowered to 3: the untrained head ends within 20 tokens.)"""
+    untouched; zero is no rule. (`SPLIT_AFTER` lowered to 3: the untrained head ends within
+    20 tokens.)"""
     from densex.propositionizer import copy_decode
 
     monkeypatch.setattr(copy_decode, "SPLIT_AFTER", 3)
@@ -314,7 +315,7 @@ def test_split_bonus_closes_a_proposition_past_split_after(
     plain.setup()
     prop = plain.model.config.prop_token_id
     enc = plain.tokenizer(sentences[:2], return_tensors="pt", padding=True)
-    args = dict(max_new_tokens=2 * n + 4, num_beams=num_beams)
+    args = {k: kw[k] for k in ("max_new_tokens", "num_beams")}  # generate's share of them
     out = plain.model.generate(**enc, **args)
     assert out.shape[1] > 2 * n + 2 and not (out[:, 1:] == prop).any()
     assert PropositionGenerator(copy_dir, split_bonus=0.0, **kw).generate_kwargs["split_bonus"] == 0
