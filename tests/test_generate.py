@@ -341,7 +341,10 @@ def test_propositionizer_dtype_decides_not_the_trainer_precision(
     tiny_t5, squad_open, tmp_path, monkeypatch
 ):
     """`trainer.precision: bf16-mixed` (what `auto` gives on a bf16 GPU) must not run a
-    `dtype: float32` propositionizer under bf16 autocast; the dtype used is in key + manifest."""
+    `dtype: float32` propositionizer under bf16 autocast; the dtype used is in key + manifest.
+    The CPU is taken to lack native bf16 (`auto` is then float32, as on an Intel Xeon without
+    AMX); `test_effective_dtype_follows_the_trainer_accelerator` covers CPUs that have it."""
+    monkeypatch.setattr(fingerprint, "cpu_has_bf16", lambda: False)
     passages_path, _ = _first_passages(squad_open, tmp_path, 3)
     seen = _spy_generate(monkeypatch)
     built = []
@@ -380,13 +383,18 @@ def test_propositionizer_dtype_decides_not_the_trainer_precision(
     assert len(list((tmp_path / "a" / "shards").iterdir())) == 2
 
 
-def test_effective_dtype_follows_the_trainer_accelerator():
-    assert fingerprint.effective_dtype("auto", {"accelerator": "cpu"}) == "float32"
+@pytest.mark.parametrize("native_bf16", [False, True])
+def test_effective_dtype_follows_the_trainer_accelerator(native_bf16, monkeypatch):
+    """`auto` on a CPU: bfloat16 where the CPU multiplies bf16 natively (AMX, AVX512-BF16),
+    float32 elsewhere; an explicit dtype is kept on any CPU."""
+    monkeypatch.setattr(fingerprint, "cpu_has_bf16", lambda: native_bf16)
+    cpu_auto = "bfloat16" if native_bf16 else "float32"
+    assert fingerprint.effective_dtype("auto", {"accelerator": "cpu"}) == cpu_auto
     assert fingerprint.effective_dtype("fp16", {"accelerator": "cpu"}) == "float16"
     assert fingerprint.effective_dtype("float32", None) == "float32"
     gpu = torch.cuda.is_available() and torch.cuda.is_bf16_supported()
     assert fingerprint.effective_dtype("auto", {"accelerator": "gpu"}) == (
-        "bfloat16" if gpu else "float32"
+        "bfloat16" if gpu else cpu_auto
     )
     with pytest.raises(ValueError, match="dtype must be"):
         fingerprint.effective_dtype("int8", None)

@@ -598,7 +598,12 @@ def test_train_resume_and_export(repo_root, squad_open, minilm_path, tmp_path):
 
 
 def test_overfits_eight_pairs(repo_root, squad_open, minilm_path, tmp_path):
-    """A tiny model memorises 8 short pairs: generation + parsing + set-F1 are wired right."""
+    """A tiny model memorises 8 short pairs: generation + parsing + set-F1 are wired right.
+
+    Validated every 20 epochs; the exported (best) model must parse all 8 passages with set-F1
+    above 0.9. Measured on a 2-core AMD EPYC (AVX512-BF16), fp32: every check from epoch 59 on
+    parses 8/8, set-F1 0.96-0.99. At lr 3e-3 the same run oscillated between 7/8 and 8/8 (one
+    passage looping on a copied name), which is what failed on some CPUs; 2e-3 converges."""
     props = {}
     with (squad_open / "propositions.jsonl").open(encoding="utf-8") as f:
         for line in f:
@@ -612,7 +617,6 @@ def test_overfits_eight_pairs(repo_root, squad_open, minilm_path, tmp_path):
             if p["id"] in shortest:
                 rows.append({**p, "propositions": props[p["id"]]})
     data = write_lines(tmp_path / "eight.jsonl", rows)
-    epochs = 100
     summary = train(
         repo_root,
         tmp_path / "run",
@@ -620,9 +624,9 @@ def test_overfits_eight_pairs(repo_root, squad_open, minilm_path, tmp_path):
         f"data.path={data}",
         "data.validate_on_train=true",
         f"model.metric.model_type={minilm_path}",
-        f"trainer.max_epochs={epochs}",
-        f"trainer.check_val_every_n_epoch={epochs}",
-        "model.optimizer.lr=3e-3",
+        "trainer.max_epochs=100",
+        "trainer.check_val_every_n_epoch=20",
+        "model.optimizer.lr=2e-3",
         "model.batch_size=4",  # 2 steps per epoch: 200 updates
         "model.per_device_batch_size=4",
         "model.dropout=0",
@@ -632,10 +636,23 @@ def test_overfits_eight_pairs(repo_root, squad_open, minilm_path, tmp_path):
         "model.tiny.d_ff=256",
     )
     m = pd.read_csv(tmp_path / "run" / "csv" / "version_0" / "metrics.csv")
-    val = m.dropna(subset=["val/set_f1"]).iloc[-1]
-    assert val["val/n_passages"] == 8 and val["val/parse_rate"] == 1.0
-    assert val["val/set_f1"] > 0.9
-    assert summary["best_val_set_f1"] == pytest.approx(val["val/set_f1"], abs=1e-6)
+    checks = m.dropna(subset=["val/set_f1"])
+    assert len(checks) == 5 and (checks["val/n_passages"] == 8).all()
+    best = checks.loc[checks["val/set_f1"].idxmax()]
+    assert best["val/parse_rate"] == 1.0 and best["val/set_f1"] > 0.9
+    assert summary["best_val_set_f1"] == pytest.approx(best["val/set_f1"], abs=1e-6)
+    # the predictions the writer dumped are the ones scored: parsed = valid JSON list
+    dumped = sorted((tmp_path / "run" / "val_predictions").glob("*.jsonl"))[-1]
+    rows = [json.loads(line) for line in dumped.read_text(encoding="utf-8").splitlines()]
+    parsed = sum(isinstance(_json_or_none(r["prediction"]), list) for r in rows)
+    assert parsed / len(rows) == checks["val/parse_rate"].iloc[-1]
+
+
+def _json_or_none(text: str):
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return None
 
 
 @pytest.mark.slow  # ~25 s of CPU
