@@ -17,7 +17,7 @@ demo: setup
 # fixtures are built once), files handed out heaviest first (tests/conftest.py HEAVY_FIRST);
 # `pytest -q` alone runs the same tests in one process
 test: setup
-	$(PY) -m pytest -q -n auto --dist loadfile --no-loadscope-reorder
+	$(PY) -m pytest -q -n auto --dist loadfile --no-loadscope-reorder --durations=15
 
 test-slow: setup
 	$(PY) -m pytest -q -m slow
