@@ -28,6 +28,7 @@ from densex.report.table2 import find_results
 from densex.utils.io import DataError, read_json
 from helpers.config import compose_config
 from helpers.env import subprocess_env
+from helpers.inproc import run_script
 
 ENV = subprocess_env(HYDRA_FULL_ERROR="1")
 
@@ -228,16 +229,21 @@ def test_evaluate_override_contract(repo_root, small, minilm_path, tmp_path):
     assert list(wandb_run.glob("*.wandb"))
 
 
-def test_multirun_writes_table2(repo_root, small, minilm_path, tmp_path):
+def test_multirun_writes_table2(repo_root, small, minilm_path, tmp_path, capfd):
+    """`evaluate.py -m` run in this process (Hydra's multirun, its sweep callback); the
+    subprocess of the entry script is `test_evaluate_override_contract`'s."""
     sweep = tmp_path / "sweep"
-    proc = _evaluate(
-        repo_root,
+    status = run_script(
+        "evaluate.py",
         "-m",
         *_contract(small, "passage,sentence"),
         "topk=[5,20]",
         "retrieval_gzip=false",
+        "trainer.enable_progress_bar=false",
         f"hydra.sweep.dir={sweep}",
     )
+    out, err = capfd.readouterr()
+    assert status == 0, f"{out[-3000:]}\n{err[-5000:]}"
     cells = [p.parent for p in find_results(sweep)]  # `0_granularity=passage,...`: job order
     assert cells[0].name.startswith("0_") and "granularity=passage" in cells[0].name
     rows = [json.loads((cells[i] / "results.jsonl").read_text()) for i in range(2)]
@@ -261,7 +267,7 @@ def test_multirun_writes_table2(repo_root, small, minilm_path, tmp_path):
     assert set(first["contexts"][0]) == {"docid", "score", "has_answer"}
     acc = pyserini_evaluate_retrieval(pyserini_file, [5, 20])
     assert acc == pytest.approx({5: rows[1]["recall@5"], 20: rows[1]["recall@20"]})
-    assert "Table 2" in proc.stdout
+    assert "Table 2" in out
     assert (sweep / "answer_recall_by_words.png").exists()
 
 

@@ -41,7 +41,9 @@ def test_cell_folders_say_their_overrides(demo_sweep):
 
 def test_open_index_on_a_built_cache_prints_nothing(demo_sweep):
     """The Python API logs at WARNING unless asked: no faiss loader lines, no preflight or
-    units lines, no weight-loading report; `verbose=True` brings the densex lines back, once."""
+    units lines, no weight-loading report; `verbose=True` brings the densex lines back, once.
+    Two fresh interpreters: the quiet one alone, then the standard way (the level the
+    application set) followed by `verbose=True` after the application reset that level."""
     _, cache = demo_sweep
     overrides = ["corpus=demo", "dataset=demo", "retriever=minilm", "trainer=cpu",
                  f"paths.cache_dir={cache}", "limit_questions=60",
@@ -52,15 +54,22 @@ def test_open_index_on_a_built_cache_prints_nothing(demo_sweep):
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout + proc.stderr == ""
     loud = quiet.replace(")", ", verbose=True)", 1)
-    proc = subprocess.run([sys.executable, "-c", loud], env=subprocess_env(),
-                          capture_output=True, text=True, timeout=600)  # fmt: skip
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    opened = [line for line in proc.stderr.splitlines() if "opened minilm/" in line]
-    assert len(opened) == 3, proc.stderr[-3000:]  # one line per granularity, each once
-    # the standard way: the `densex` logger's level, set by the application
-    asked = "import logging; logging.getLogger('densex').setLevel(logging.INFO); " + quiet
+    # the standard way: the `densex` logger's level, set by the application; then that level
+    # reset (NOTSET: densex's choice again) and `verbose=True`, after a marker line
+    marker = "=== verbose ==="
+    asked = (
+        "import logging, sys; logging.getLogger('densex').setLevel(logging.INFO); "
+        + quiet
+        + f"; logging.getLogger('densex').setLevel(logging.NOTSET); print({marker!r}, "
+        + "file=sys.stderr, flush=True); "
+        + loud.removeprefix("import densex; ")
+    )
     proc = subprocess.run([sys.executable, "-c", asked], env=subprocess_env(),
                           capture_output=True, text=True, timeout=600)  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert len([ln for ln in proc.stderr.splitlines() if "opened minilm/" in ln]) == 3
-    assert "faiss" not in proc.stderr.lower()  # third-party loader lines stay silent
+    before, sep, after = proc.stderr.partition(marker + "\n")
+    assert sep, proc.stderr[-3000:]
+    assert len([ln for ln in before.splitlines() if "opened minilm/" in ln]) == 3
+    assert "faiss" not in before.lower()  # third-party loader lines stay silent
+    opened = [line for line in after.splitlines() if "opened minilm/" in line]
+    assert len(opened) == 3, proc.stderr[-3000:]  # one line per granularity, each once

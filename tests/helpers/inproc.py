@@ -1,0 +1,33 @@
+"""Entry scripts run in this process, as the shell would run them (argv, Hydra, preflight, the
+stage), without a new interpreter: no second import of torch and the models' libraries.
+
+One subprocess smoke test per entry script stays (the real interpreter start-up, exit status,
+terminal output); every other test of a CLI's behaviour can run it here.
+"""
+
+from __future__ import annotations
+
+import runpy
+import sys
+from pathlib import Path
+
+from hydra.core.global_hydra import GlobalHydra
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def run_script(script: str, *args: str) -> int:
+    """`python SCRIPT ARGS...` (SCRIPT relative to the repository root) in this process; its
+    exit status (a `SystemExit` becomes its code, any other exception propagates)."""
+    path = str(REPO / script)
+    argv = sys.argv
+    sys.argv = [path, *args]
+    GlobalHydra.instance().clear()  # a compose() of an earlier test must not be in the way
+    try:
+        runpy.run_path(path, run_name="__main__")
+    except SystemExit as e:
+        return int(e.code or 0) if not isinstance(e.code, str) else 1
+    finally:
+        sys.argv = argv
+        GlobalHydra.instance().clear()
+    return 0
