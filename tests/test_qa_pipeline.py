@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import csv
 import json
-import subprocess
-import sys
 
 import pytest
 
@@ -14,16 +12,14 @@ from densex.metrics.answers import exact_match
 from densex.report.table2 import find_results
 from densex.utils.io import read_json
 from helpers.config import compose_config
-from helpers.env import subprocess_env
-
-ENV = subprocess_env()
+from helpers.inproc import run_script
 
 
-def test_budget_sweep_with_reader_writes_em_and_table3(repo_root, minilm_path, tmp_path):
+def test_budget_sweep_with_reader_writes_em_and_table3(repo_root, minilm_path, tmp_path, capfd):
+    """`evaluate.py -m` run in this process (Hydra's multirun and its callbacks)."""
     sweep = tmp_path / "sweep"
-    cmd = [
-        sys.executable,
-        str(repo_root / "evaluate.py"),
+    status = run_script(
+        "evaluate.py",
         "-m",
         "corpus=demo",
         "dataset=demo",
@@ -34,11 +30,11 @@ def test_budget_sweep_with_reader_writes_em_and_table3(repo_root, minilm_path, t
         "limit_questions=24",
         "topk=[1,5,20]",
         "hydra.callbacks.aggregate.ks=[1,5]",
+        "trainer.enable_progress_bar=false",
         f"paths.cache_dir={tmp_path / 'cache'}",
         f"hydra.sweep.dir={sweep}",
-    ]
-    proc = subprocess.run(cmd, cwd=repo_root, env=ENV, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-4000:]
+    )
+    assert status == 0, capfd.readouterr().err[-4000:]
 
     cells = [p.parent for p in find_results(sweep)]  # `0_budget=100,...`: in job order
     rows = [json.loads((cells[i] / "results.jsonl").read_text()) for i in range(2)]
