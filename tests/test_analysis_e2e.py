@@ -234,12 +234,14 @@ def test_analyze_sweep_writes_significance_and_winloss(sweep):
     assert written["gold"].exists()
 
 
-def test_beir_fixture_end_to_end(repo_root, article, minilm_path, tmp_path):
+def test_beir_fixture_end_to_end(repo_root, article, sweep, minilm_path, tmp_path):
     """The BEIR copy of the corpus: the same ranking, so the same gold metrics as the SQuAD run
-    (whose passage units hash the same, so the second run reuses the embeddings)."""
+    (whose passage units hash the same, so the second run reuses the embeddings). The SQuAD
+    run is the module sweep's passage cell (`sweep/0`: the same overrides), not run again."""
     from densex.pipelines.evaluate.run import run
 
-    run(_cfg(repo_root, _squad_cell(article, tmp_path / "squad", "granularity=passage")))
+    squad_run = sweep / "0"  # _squad_cell(article, sweep / "0", "granularity=passage")
+    assert _row(squad_run)["granularity"] == "passage"
     out = tmp_path / "beir"
     run(
         _cfg(
@@ -259,7 +261,7 @@ def test_beir_fixture_end_to_end(repo_root, article, minilm_path, tmp_path):
             ],
         )
     )
-    beir, squad = _row(out), _row(tmp_path / "squad")
+    beir, squad = _row(out), _row(squad_run)
     assert beir["n_questions"] == 30  # the unjudged query is not evaluated
     # BEIR queries carry no answer strings: answer-based metrics are undefined, not zero
     assert not [k for k in beir if k.startswith(("recall@", "answer_recall@", "em@"))]
@@ -268,7 +270,7 @@ def test_beir_fixture_end_to_end(repo_root, article, minilm_path, tmp_path):
         assert beir[key] == pytest.approx(squad[key]), key
     pq = _per_q(out)
     assert len(pq) == 30 and all(q["answers"] == [] and "hit@5" not in q for q in pq)
-    squad_pq = {q["id"]: q for q in _per_q(tmp_path / "squad")}
+    squad_pq = {q["id"]: q for q in _per_q(squad_run)}
     assert all(q["gold_rank"] == squad_pq[q["id"]]["gold_rank"] for q in pq)
 
 
