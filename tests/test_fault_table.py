@@ -18,8 +18,11 @@ entry points (`index.py`, `evaluate.py`, `train.py`), so a merge cannot silently
 | SIGKILL at random points | - | `tests/test_kill_resume.py` (slow) |
 | a 401 that echoes the key, a canary secret | key in the traceback | `tests/test_teacher_hostile.py` |
 
-The fast cases start seven short `index.py`/`train.py` processes on the demo corpus (no
-encoding); the ones that encode or need a tmpfs are `slow`.
+The fast cases run six short `index.py` commands on the demo corpus (no encoding) in this
+process (`helpers.inproc.run_script`: the entry script, argv and Hydra, its exit status and
+output, without a new interpreter) and one `train.py` process (its preflight exits before torch
+is imported); the ones that encode or need a tmpfs are `slow` and start processes. The same
+line-5 error of `index.py` in a process of its own: `tests/test_untrusted_bytes.py`.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from pathlib import Path
 import pytest
 
 from helpers.env import subprocess_env
+from helpers.inproc import run_script
 
 REPO = Path(__file__).resolve().parents[1]
 DEMO = REPO / "data" / "demo"
@@ -56,6 +60,29 @@ def _entry(
     )
 
 
+@pytest.fixture
+def entry(capfd: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch):
+    """`_entry` run in this process: `entry(script, run, cache, *overrides, env={...},
+    unset=(...))` returns the same CompletedProcess (exit status, stdout, stderr); `env` adds
+    variables, `unset` removes some, both for this test only."""
+
+    def run_here(
+        script: str, run: Path, cache: Path, *overrides: str, env=None, unset=()
+    ) -> subprocess.CompletedProcess:
+        monkeypatch.setenv("COLUMNS", "1000")
+        for key, value in (env or {}).items():
+            monkeypatch.setenv(key, value)
+        for key in unset:
+            monkeypatch.delenv(key, raising=False)
+        args = [f"hydra.run.dir={run}", f"paths.cache_dir={cache}", *COMMON, *overrides]
+        capfd.readouterr()  # only this run's output
+        status = run_script(script, *args)
+        out, err = capfd.readouterr()
+        return subprocess.CompletedProcess([script, *args], status, out, err)
+
+    return run_here
+
+
 def _one_line_error(proc: subprocess.CompletedProcess) -> str:
     """The error line of a run that must end in exit 2 with one line and no traceback."""
     out = proc.stdout + proc.stderr
@@ -75,9 +102,9 @@ def _bad_passages(tmp_path: Path, wrong_types: bool = False) -> Path:
     return path
 
 
-def test_non_utf8_byte_on_line_5_is_one_located_line(tmp_path):
+def test_non_utf8_byte_on_line_5_is_one_located_line(tmp_path, entry):
     p = _bad_passages(tmp_path)
-    proc = _entry("index.py", tmp_path / "run", tmp_path / "cache", "corpus=demo",
+    proc = entry("index.py", tmp_path / "run", tmp_path / "cache", "corpus=demo",
                   "stage=units", f"corpus.passages={p}")  # fmt: skip
     line = _one_line_error(proc)
     assert re.search(
@@ -85,10 +112,10 @@ def test_non_utf8_byte_on_line_5_is_one_located_line(tmp_path):
     ), line
 
 
-def test_bad_lines_are_skipped_and_counted_by_field_with_the_type_found(tmp_path):
+def test_bad_lines_are_skipped_and_counted_by_field_with_the_type_found(tmp_path, entry):
     p = _bad_passages(tmp_path, wrong_types=True)
     cache = tmp_path / "cache"
-    proc = _entry("index.py", tmp_path / "run", cache, "corpus=demo", "stage=units",
+    proc = entry("index.py", tmp_path / "run", cache, "corpus=demo", "stage=units",
                   f"corpus.passages={p}", "corpus.on_error=skip")  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
     (manifest,) = (cache / "units").rglob("manifest.json")
@@ -107,14 +134,14 @@ def _units_dir(cache: Path) -> Path:
     return manifest.parent
 
 
-def test_secrets_redacted_damaged_units_refused_or_rebuilt_orphans_removed(tmp_path):
+def test_secrets_redacted_damaged_units_refused_or_rebuilt_orphans_removed(tmp_path, entry):
     from densex.utils.io import tmp_tag
 
     cache = tmp_path / "cache"
     secret_url = f"http://densex:{URL_SECRET}@127.0.0.1:9/v1"
     args = ("corpus=demo", "stage=units", "propositionizer=teacher",
             "propositionizer.model=m", f"propositionizer.base_url={secret_url}")  # fmt: skip
-    clean = _entry("index.py", tmp_path / "run0", cache, *args)
+    clean = entry("index.py", tmp_path / "run0", cache, *args)
     assert clean.returncode == 0, clean.stderr[-3000:]
     hydra_files = list((tmp_path / "run0" / ".hydra").glob("*.yaml"))
     assert len(hydra_files) == 3
@@ -125,21 +152,21 @@ def test_secrets_redacted_damaged_units_refused_or_rebuilt_orphans_removed(tmp_p
     units = _units_dir(cache)
     good = (units / "passage.jsonl").read_bytes()
     (units / "passage.jsonl").write_bytes(b"".join(good.splitlines(keepends=True)[:40]))
-    refused = _entry("index.py", tmp_path / "run1", cache, *args, "cache.on_damaged=refuse")
+    refused = entry("index.py", tmp_path / "run1", cache, *args, "cache.on_damaged=refuse")
     line = _one_line_error(refused)
     assert str(units / "passage.jsonl") in line and "damaged units" in line
 
     dead = 4_000_000  # above pid_max: no such process
     orphan = units / f".passage.jsonl.{tmp_tag().rsplit('-', 1)[0]}-{dead}.x1y2.tmp"
     orphan.write_bytes(b"half a file")
-    rebuilt = _entry("index.py", tmp_path / "run2", cache, *args)
+    rebuilt = entry("index.py", tmp_path / "run2", cache, *args)
     assert rebuilt.returncode == 0, rebuilt.stderr[-3000:]
     assert "damaged units" in " ".join((rebuilt.stdout + rebuilt.stderr).split())
     assert (units / "passage.jsonl").read_bytes() == good
     assert not orphan.exists()
 
 
-def test_hostile_teacher_replies_are_rejected_counted_and_never_cached(tmp_path):
+def test_hostile_teacher_replies_are_rejected_counted_and_never_cached(tmp_path, entry):
     pytest.importorskip("openai")
     from helpers.hostile import HostileServer
 
@@ -154,17 +181,17 @@ def test_hostile_teacher_replies_are_rejected_counted_and_never_cached(tmp_path)
             texts[1]: "x" * 3_000_000,  # garbage: before, accepted as "repaired"
             texts[2]: json.dumps(["y" * 10**6]),
         }
-        env = {**ENV, "NO_PROXY": "127.0.0.1,localhost", "DENSEX_FAULT_KEY": "sk-none"}
-        for var in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy"):
-            env.pop(var, None)
+        env = {"NO_PROXY": "127.0.0.1,localhost", "DENSEX_FAULT_KEY": "sk-none"}
+        proxies = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy")
         cache = tmp_path / "cache"
-        proc = _entry(
+        proc = entry(
             "index.py", tmp_path / "run", cache, "stage=propositions", "corpus=demo",
             f"corpus.passages={p}", "corpus.propositions=null", "propositionizer=teacher",
             "propositionizer.model=hostile-1", f"propositionizer.base_url={server.url()}",
             "propositionizer.api_key_env=DENSEX_FAULT_KEY", "propositionizer.max_retries=1",
             "propositionizer.backoff_base=0", "propositionizer.backoff_max=0",
             "propositionizer.fallback=passage", "propositionizer.spacy_model=", env=env,
+            unset=proxies,
         )  # fmt: skip
     finally:
         server.close()
