@@ -67,6 +67,20 @@ def reference(student, batch):
     return get
 
 
+@pytest.fixture(scope="module")
+def beam_dropped(student, batch):
+    """`beam_dropped(rules)`: beam search (2 beams) with finished examples dropped, the
+    default path, unpatched; generated once per module for each rules set and shared."""
+    done: dict[str, torch.Tensor] = {}
+
+    def get(rules: str) -> torch.Tensor:
+        if rules not in done:
+            done[rules] = _generate(student[0], batch, num_beams=2, **RULES[rules])
+        return done[rules]
+
+    return get
+
+
 def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
     """The exactness checks' comparison: the same shape and the same token ids."""
     return a.shape == b.shape and torch.equal(a, b)
@@ -101,11 +115,10 @@ def test_lookahead_verifies_several_tokens_per_pass(student, batch, monkeypatch)
 
 @pytest.mark.parametrize("rules", ["none", "all"])
 def test_beam_search_dropping_finished_examples_writes_the_same_tokens(
-    student, batch, rules, reference
+    student, batch, rules, reference, beam_dropped
 ):
-    model = student[0]
     kept = reference("beam", rules)
-    dropped = _generate(model, batch, num_beams=2, **RULES[rules])
+    dropped = beam_dropped(rules)  # _generate(model, batch, num_beams=2, **RULES[rules])
     assert _same(dropped, kept)
 
 
@@ -180,12 +193,12 @@ def test_beam_dropping_check_fails_when_the_wrong_rows_are_kept(
     assert not _same(broken, kept)
 
 
-def test_beam_search_moves_only_the_targets_positions(student, batch, monkeypatch):
+def test_beam_search_moves_only_the_targets_positions(student, batch, monkeypatch, beam_dropped):
     """Beam search reorders only the target positions of the cache (the beams of one example
     share its source's keys and values): the same tokens as reordering every position, and
     different ones when the target positions are not moved either (the check can fail)."""
     model = student[0]
-    fast = _generate(model, batch, num_beams=2, **RULES["all"])
+    fast = beam_dropped("all")  # _generate(model, batch, num_beams=2, **RULES["all"]), unpatched
     reorder = copy_decode.reorder_rows
 
     def every_position(cache, order, filled, start=0):
@@ -201,7 +214,9 @@ def test_beam_search_moves_only_the_targets_positions(student, batch, monkeypatc
     assert not _same(_generate(model, batch, num_beams=2, **RULES["all"]), fast)
 
 
-def test_the_cheaper_paths_keep_the_end_title_context_and_split_rules(student, batch, monkeypatch):
+def test_the_cheaper_paths_keep_the_end_title_context_and_split_rules(
+    student, batch, monkeypatch, reference
+):
     """The end penalty (its budget included), the title and the context penalties and the
     split bonus (its limit lowered to 6 pieces, within the untrained head's outputs) under
     greedy lookahead, row dropping and beam search's dropping: the plain loop's tokens."""
@@ -212,7 +227,8 @@ def test_the_cheaper_paths_keep_the_end_title_context_and_split_rules(student, b
         context_penalty=1.0, coverage_penalty=2.0, no_repeat_proposition=True, split_bonus=0.5,
     )  # fmt: skip
     plain = _generate(model, batch, lookahead=0, drop_finished=False, **rules)
-    assert not _same(plain, _generate(model, batch, lookahead=0, drop_finished=False))
+    # the plain loop without rules (lookahead 0, no dropping): the module's reference
+    assert not _same(plain, reference("greedy", "none"))
     for k in (0, 8):
         assert _same(_generate(model, batch, lookahead=k, **rules), plain), k
     kept = _generate(model, batch, num_beams=2, drop_finished=False, **rules)
