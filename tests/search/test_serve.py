@@ -152,10 +152,17 @@ def _serve_exit(repo_root, tmp_path, *overrides: str):
     return proc, line
 
 
-def test_serve_entry_reports_bad_input_in_one_line(repo_root, tmp_path):
-    _, line = _serve_exit(repo_root, tmp_path, "corpus=demo",
-                          f"corpus.passages={tmp_path / 'missing.jsonl'}",
-                          "granularity=passage,proposition")  # fmt: skip
+def test_serve_entry_reports_bad_input_in_one_line(tmp_path, capfd):
+    """`serve.py` run in this process (its argv rewrite, Hydra, the preflight): status 2 and
+    one `error (...)` line; the fresh process of the entry script is the next test's."""
+    from helpers.inproc import run_script
+
+    status = run_script("serve.py", "corpus=demo", f"corpus.passages={tmp_path / 'missing.jsonl'}",
+                        "granularity=passage,proposition", f"paths.cache_dir={tmp_path / 'cache'}",
+                        f"hydra.run.dir={tmp_path / 'run'}")  # fmt: skip
+    err = capfd.readouterr().err
+    assert status == 2, err[-2000:]
+    (line,) = [x for x in err.splitlines() if x.startswith("error (")]
     assert "missing.jsonl" in line
 
 
