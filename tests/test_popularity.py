@@ -5,8 +5,6 @@ from __future__ import annotations
 import csv
 import json
 import logging
-import subprocess
-import sys
 
 import pytest
 
@@ -15,6 +13,7 @@ from densex.qa.entity_questions import TEMPLATES, extract_entity, load_eq_questi
 from densex.qa.mentions import bm25_popularity
 from densex.qa.popularity import bucket_edges, bucket_index, popularity_recall, retrieval_hits
 from densex.utils.io import DataError
+from helpers.inproc import run_script
 from helpers.requires import missing
 
 
@@ -121,7 +120,7 @@ def test_retrieval_json_errors_name_the_field(tmp_path):
         retrieval_hits(bad, [1])
 
 
-def test_run_popularity_end_to_end_and_cli(eq_dir, tmp_path, repo_root):
+def test_run_popularity_end_to_end_and_cli(eq_dir, tmp_path, repo_root, capfd):
     data = json.loads((eq_dir / "P19.test.json").read_text())[:3]
     people = [extract_entity(d["question"], "P19") for d in data]
     passages = tmp_path / "passages.jsonl"
@@ -144,27 +143,25 @@ def test_run_popularity_end_to_end_and_cli(eq_dir, tmp_path, repo_root):
     manifest = json.loads((tmp_path / "out" / "popularity_manifest.json").read_text())
     assert manifest["extraction_rate"] == 100.0 and manifest["questions_scored"] == 3
 
-    out = subprocess.run(
-        [
-            sys.executable,
-            str(repo_root / "scripts" / "entity_popularity.py"),
-            "--passages",
-            str(passages),
-            "--eq-dir",
-            str(eq_dir),
-            "--retrieval",
-            f"passage={retr}",
-            "--k",
-            "1",
-            "5",
-            "--out-dir",
-            str(tmp_path / "cli"),
-        ],
-        capture_output=True,
-        text=True,
-        check=True,
+    # the script's CLI, run in this process (argv, its exit status, what it prints)
+    capfd.readouterr()
+    status = run_script(
+        "scripts/entity_popularity.py",
+        "--passages",
+        str(passages),
+        "--eq-dir",
+        str(eq_dir),
+        "--retrieval",
+        f"passage={retr}",
+        "--k",
+        "1",
+        "5",
+        "--out-dir",
+        str(tmp_path / "cli"),
     )
-    assert "recall@5" in out.stdout
+    out = capfd.readouterr()
+    assert status == 0, out.err[-3000:]
+    assert "recall@5" in out.out
     assert (tmp_path / "cli" / "question_popularity.csv").exists()
 
 
