@@ -200,3 +200,22 @@ def tiny_bert_dir(tmp_path_factory: pytest.TempPathFactory, minilm_path: str) ->
     model.save_pretrained(path)
     tok.save_pretrained(path)
     return path
+
+
+def run_shared_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A directory all pytest-xdist workers of this run share: the run's common temporary
+    directory above each worker's own (the session's base temp without xdist). Whatever is
+    built there must be built under a lock (or by `ensure_built_dir`, which takes one)."""
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+
+
+@pytest.fixture(scope="session")
+def copy_lm_dir(tmp_path_factory: pytest.TempPathFactory, minilm_path: str) -> str:
+    """The untrained copy student built from the packaged MiniLM (`cached_copy_lm`): built
+    once per test run (the workers share it, `ensure_built_dir` builds it under a lock) and
+    read by the tests that need it; a test that would change the directory copies it first."""
+    from densex.propositionizer.copy_build import cached_copy_lm
+
+    cache = run_shared_dir(tmp_path_factory) / "copy_lm_cache"
+    return cached_copy_lm(cache, encoder=minilm_path)

@@ -21,7 +21,6 @@ import pytest
 import torch
 
 from densex.propositionizer.backbone import load_seq2seq
-from densex.propositionizer.copy_build import cached_copy_lm
 from densex.propositionizer.generator import PropositionGenerator
 from densex.propositionizer.output import passage_source
 from densex.propositionizer.sentence_inputs import sentence_units
@@ -38,9 +37,10 @@ MIN_TOKENS_SAME = 0.9
 
 
 @pytest.fixture(scope="module")
-def student_dir(tmp_path_factory: pytest.TempPathFactory, minilm_path: str) -> str:
-    """The untrained copy student built from the packaged MiniLM (as test_decode_speed.py)."""
-    return cached_copy_lm(tmp_path_factory.mktemp("cache"), encoder=minilm_path)
+def student_dir(copy_lm_dir: str) -> str:
+    """The untrained copy student built from the packaged MiniLM (as test_decode_speed.py):
+    the session's `copy_lm_dir` (conftest), built once per run."""
+    return copy_lm_dir
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,6 @@ import pytest
 import torch
 
 from densex.propositionizer.backbone import load_seq2seq, output_decoder, target_ids
-from densex.propositionizer.copy_build import cached_copy_lm
 from densex.propositionizer.copy_decode import (
     ban_repeated_ngrams,
     ban_repeated_propositions,
@@ -25,8 +24,9 @@ from densex.propositionizer.pairs import format_target
 
 
 @pytest.fixture(scope="module")
-def copy_dir(tmp_path_factory: pytest.TempPathFactory, minilm_path: str) -> str:
-    return cached_copy_lm(tmp_path_factory.mktemp("cache"), encoder=minilm_path)
+def copy_dir(copy_lm_dir: str) -> str:
+    """`cached_copy_lm(..., encoder=minilm_path)`: the session's `copy_lm_dir` (conftest)."""
+    return copy_lm_dir
 
 
 @pytest.fixture(scope="module")

@@ -16,7 +16,6 @@ import torch
 import densex.propositionizer.copy_decode as copy_decode
 from densex.propositionizer.backbone import load_seq2seq
 from densex.propositionizer.content_pieces import content_vocab
-from densex.propositionizer.copy_build import cached_copy_lm
 from densex.propositionizer.output import passage_source
 from densex.propositionizer.sentence_inputs import sentence_units
 
@@ -27,10 +26,10 @@ RULES = {
 
 
 @pytest.fixture(scope="module")
-def student(tmp_path_factory: pytest.TempPathFactory, minilm_path: str):
+def student(copy_lm_dir: str):
     from transformers import AutoTokenizer
 
-    path = cached_copy_lm(tmp_path_factory.mktemp("cache"), encoder=minilm_path)
+    path = copy_lm_dir  # cached_copy_lm(..., encoder=minilm_path): the session's
     return load_seq2seq(path).eval(), AutoTokenizer.from_pretrained(path)
 
 

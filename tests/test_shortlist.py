@@ -12,7 +12,6 @@ import pytest
 import torch
 
 from densex.propositionizer.backbone import load_seq2seq
-from densex.propositionizer.copy_build import cached_copy_lm
 from densex.propositionizer.output import passage_source
 from densex.propositionizer.pairs import format_source
 from densex.propositionizer.sentence_inputs import sentence_units
@@ -23,10 +22,10 @@ RULES = {"coverage_penalty": 1.0, "no_repeat_proposition": True}
 
 
 @pytest.fixture(scope="module")
-def student(tmp_path_factory: pytest.TempPathFactory, minilm_path: str):
+def student(copy_lm_dir: str):
     from transformers import AutoTokenizer
 
-    path = cached_copy_lm(tmp_path_factory.mktemp("cache"), encoder=minilm_path)
+    path = copy_lm_dir  # cached_copy_lm(..., encoder=minilm_path): the session's
     return path, load_seq2seq(path).eval(), AutoTokenizer.from_pretrained(path)
 
 
