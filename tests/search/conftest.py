@@ -1,20 +1,17 @@
 """The demo sweep and its opened indexes, shared by the search API / service / page tests.
 
-One real `evaluate.py -m experiment=demo` multirun (MiniLM, the three granularities, the first
-`N_QUESTIONS` demo questions) writes the sweep (retrieval files, per-question rows, Table 2,
-win/loss, the answer-recall plot) and fills a cache the search API then opens without
-encoding anything again.
+One real `evaluate.py -m experiment=demo` multirun, run in the test process (MiniLM, the three
+granularities, the first `N_QUESTIONS` demo questions), writes the sweep (retrieval files,
+per-question rows, Table 2, win/loss, the answer-recall plot) and fills a cache the search API
+then opens without encoding anything again.
 """
 
 from __future__ import annotations
 
-import subprocess
-import sys
+import os
 from pathlib import Path
 
 import pytest
-
-from helpers.env import subprocess_env
 
 GRANULARITIES = ("passage", "sentence", "proposition")
 N_QUESTIONS = 60
@@ -47,14 +44,26 @@ def demo_sweep(
 
 
 def build_demo_sweep(repo_root: Path, root: Path) -> tuple[Path, Path]:
-    """Run the demo multirun into `root` (sweep/ and cache/)."""
+    """Run the demo multirun into `root` (sweep/ and cache/): `evaluate.py -m` in this process
+    (Hydra's multirun and its callbacks, no second interpreter; the entry script's own process
+    is `tests/test_pipelines.py::test_evaluate_override_contract`'s); an error propagates with
+    its traceback (HYDRA_FULL_ERROR=1)."""
+    from helpers.inproc import run_script
+
     sweep, cache = root / "sweep", root / "cache"
-    cmd = [sys.executable, str(repo_root / "evaluate.py"), "-m", "experiment=demo",
-           "trainer=cpu", "trainer.enable_progress_bar=false", f"paths.cache_dir={cache}",
-           f"limit_questions={N_QUESTIONS}", f"hydra.sweep.dir={sweep}"]  # fmt: skip
-    proc = subprocess.run(cmd, cwd=repo_root, env=subprocess_env(HYDRA_FULL_ERROR="1"),
-                          capture_output=True, text=True, timeout=900)  # fmt: skip
-    assert proc.returncode == 0, f"{' '.join(cmd)}\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}"
+    args = ["-m", "experiment=demo", "trainer=cpu", "trainer.enable_progress_bar=false",
+            f"paths.cache_dir={cache}", f"limit_questions={N_QUESTIONS}",
+            f"hydra.sweep.dir={sweep}"]  # fmt: skip
+    before = os.environ.get("HYDRA_FULL_ERROR")
+    os.environ["HYDRA_FULL_ERROR"] = "1"
+    try:
+        status = run_script("evaluate.py", *args)
+    finally:
+        if before is None:
+            del os.environ["HYDRA_FULL_ERROR"]
+        else:
+            os.environ["HYDRA_FULL_ERROR"] = before
+    assert status == 0, f"evaluate.py {' '.join(args)}: exit {status}"
     return sweep, cache
 
 
