@@ -172,10 +172,12 @@ def minilm_path() -> str:
 
 @pytest.fixture(scope="session")
 def tiny_t5(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A tiny random T5 with a sentencepiece vocabulary, saved with save_pretrained."""
-    from densex.utils.tiny_t5 import build_tiny_t5
+    """A tiny random T5 with a sentencepiece vocabulary, saved with save_pretrained: built once
+    per test run (`build_tiny_t5` through `ensure_tiny_t5`, under its lock; the xdist workers
+    share it, `run_shared_dir`) and only read by the tests (one that changes it copies it)."""
+    from densex.utils.tiny_t5 import ensure_tiny_t5
 
-    return build_tiny_t5(tmp_path_factory.mktemp("tiny_t5"))
+    return ensure_tiny_t5(run_shared_dir(tmp_path_factory) / "tiny_t5")
 
 
 TINY_BERT = dict(
