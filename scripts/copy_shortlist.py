@@ -1,10 +1,11 @@
-"""Build the copy student's vocabulary shortlist from the squad-open training articles.
+"""Build the copy student's vocabulary shortlist from the copy experiment's training articles.
 
 The shortlist (`densex.propositionizer.shortlist`) lists the word pieces that the teacher's
 propositions add to their per-sentence inputs (title and sentence, no context: the strictest
 input, so it serves every context window) on the *training* articles of the copy experiment's
-split (`conf/experiment/propositionizer-copy-cpu.yaml`); decoding adds each batch's own source
-tokens. Use it with `propositionizer.shortlist=FILE`:
+split (its `data.sources`, `conf/data/squad-sources.yaml`: squad-open's and squad-train's,
+split as train.py splits them); decoding adds each batch's own source tokens. Use it with
+`propositionizer.shortlist=FILE`:
 
     python scripts/copy_shortlist.py --model RUN/hf_model --out RUN/shortlist.json
 """
@@ -16,33 +17,28 @@ import json
 import os
 from pathlib import Path
 
-from omegaconf import OmegaConf
 from transformers import AutoTokenizer
 
 import densex.propositionizer.copy_lm  # noqa: F401 - registers the student's config for AutoTokenizer
-from densex.propositionizer.pairs import load_squad_open_pairs, split_articles
+from densex.pipelines.train.sources import config_sources
 from densex.propositionizer.resolve import SentenceSplitter
 from densex.propositionizer.sentence_pairs import sentence_pairs
 from densex.propositionizer.shortlist import build_shortlist, save_shortlist
+from densex.propositionizer.sources import read_sources
 
-EXPERIMENT = Path(__file__).parents[1] / "conf/experiment/propositionizer-copy-cpu.yaml"
+SOURCES = Path(__file__).parents[1] / "conf/data/squad-sources.yaml"
 
 
 def main() -> None:
     default = Path(os.environ.get("DENSEX_DATA_DIR", Path(__file__).parents[2] / "shared/data"))
-    data = OmegaConf.load(EXPERIMENT).data
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", required=True, help="the student's export (its tokenizer)")
     ap.add_argument("--out", type=Path, required=True)
-    ap.add_argument("--data-dir", type=Path, default=default / "squad-open")
-    ap.add_argument("--val-fraction", type=float, default=float(data.val_fraction))
-    ap.add_argument("--test-fraction", type=float, default=0.1)
+    ap.add_argument("--data-dir", type=Path, default=default, help="paths.data_dir")
+    ap.add_argument("--config", type=Path, default=SOURCES, help="a data config with sources")
     ap.add_argument("--spacy-model", default="en_core_web_lg")
     args = ap.parse_args()
-    pairs = load_squad_open_pairs(
-        args.data_dir / "passages.jsonl", args.data_dir / "propositions.jsonl"
-    )
-    train, _, _ = split_articles(pairs, args.val_fraction, args.test_fraction)
+    train = read_sources(config_sources(args.config, args.data_dir)).train
     units = sentence_pairs(train, SentenceSplitter(args.spacy_model).many, 0)
     tok = AutoTokenizer.from_pretrained(args.model)
     tok.model_max_length = 1 << 20  # counting tokens only: no model reads these

@@ -28,11 +28,12 @@ def _rows(path: Path) -> list[dict]:
 
 @pytest.fixture(scope="module")
 def held(squad_open: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from omegaconf import OmegaConf
-
+    """The experiment's squad-open source split as the script writes it (its other source,
+    squad-train, has tests of its own: test_pair_sources.py)."""
     out, split = tmp_path_factory.mktemp("held"), _script("heldout_split")
-    val_fraction = OmegaConf.load(split.EXPERIMENT).data.val_fraction  # as the script's default
-    split.heldout_split(squad_open, out, val_fraction, 0.1, with_train=True)
+    every = split.config_sources(split.SOURCES, squad_open.parent)
+    sources = [s for s in every if s.name == "squad-open"]
+    split.heldout_split(sources, out, with_train=True)
     return out
 
 
@@ -42,7 +43,7 @@ def test_the_three_splits_are_disjoint_by_article_and_cover_the_corpus(held, squ
     assert not (titles["train"] & titles["validation"] or titles["train"] & titles["test"])
     ids = [p["id"] for s in titles for p in _rows(held / s / "passages.jsonl")]
     assert sorted(ids) == sorted(p["id"] for p in _rows(squad_open / "passages.jsonl"))
-    assert len(titles["train"]) == 27 and len(titles["validation"]) == 4
+    assert len(titles["train"]) == 31 and not titles["validation"] and len(titles["test"]) == 5
 
 
 def test_the_student_rows_replace_the_teachers_and_nothing_else(held, squad_open, tmp_path):

@@ -9,6 +9,7 @@ resumable mid-epoch (`utils.resume.ResumableDataLoader`).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import asdict
 from typing import Any
 
 import pytorch_lightning as pl
@@ -25,6 +26,7 @@ from densex.propositionizer.pairs import (
 from densex.propositionizer.resolve import SentenceSplitter
 from densex.propositionizer.sampler import LengthGroupedSampler
 from densex.propositionizer.sentence_pairs import sentence_pairs
+from densex.propositionizer.sources import PairSource, first_articles, read_sources
 from densex.utils.logging import get_logger
 from densex.utils.resume import ResumableDataLoader, epoch_batches_done
 
@@ -36,12 +38,13 @@ __all__ = ["PropositionDataModule"]
 class PropositionDataModule(pl.LightningDataModule):
     """Tokenised passage -> propositions pairs with dynamic padding and length-grouped batches.
 
-    `format` picks the reader: ``squad-open`` (`passages` + `propositions` JSONL), ``hf``
-    (`path`: a `save_to_disk` directory, or `dataset`: an in-memory `datasets.Dataset`) or
-    ``jsonl`` (`path`). The tokenizer comes from the model (`set_tokenizer`), because a tiny
-    test model's vocabulary is trained on these very pairs. `max_total_length` (a prefix LM,
-    whose source and target share the positions) also cuts each target to that many tokens
-    minus its source's. `sentence_pairs` adds, to the training pairs only, one pair per sentence
+    `format` picks the reader: ``squad-open`` (`passages` + `propositions` JSONL), ``sources``
+    (`sources`: several such pairs of files, each with its own article split;
+    `sources.read_sources`), ``hf`` (`path`: a `save_to_disk` directory, or `dataset`: an
+    in-memory `datasets.Dataset`) or ``jsonl`` (`path`). The tokenizer comes from the model
+    (`set_tokenizer`), because a tiny test model's vocabulary is trained on these very pairs.
+    `max_total_length` (a prefix LM, whose source and target share the positions) also cuts
+    each target to that many tokens minus its source's. `sentence_pairs` adds, to the training pairs only, one pair per sentence
     of each training passage (`sentence_pairs.py`; sentences split by `spacy_model`, as
     `propositionizer.per_sentence` splits them at inference), each reading its passage's
     `context_sentences` earlier sentences (-1: all; `propositionizer.context_sentences` must
@@ -49,8 +52,10 @@ class PropositionDataModule(pl.LightningDataModule):
 
     Splits are by article (`pairs.split_articles`): `test_fraction` of the articles are held
     out of training and validation altogether (the test articles; never read here),
-    `val_fraction` validate; `val_pairs_all` keeps every validation pair (`limit_val` limits
-    the ones the module validates on).
+    `val_fraction` validate (with ``sources``, each source's fractions instead: the top-level
+    ones must be None); `val_pairs_all` keeps every validation pair (`limit_val` limits
+    the ones the module validates on). `train_articles` trains on the first N training
+    articles in a fixed order (`sources.first_articles`), before `limit_train`.
     """
 
     def __init__(
@@ -62,7 +67,7 @@ class PropositionDataModule(pl.LightningDataModule):
         split: str | None = "train",
         val_path: str | None = None,
         val_split: str | None = None,
-        val_fraction: float = 0.1,
+        val_fraction: float | None = 0.1,
         validate_on_train: bool = False,
         limit_train: int | None = None,
         limit_val: int | None = None,
@@ -78,12 +83,16 @@ class PropositionDataModule(pl.LightningDataModule):
         dataset: Any = None,
         sentence_pairs: bool = False,
         spacy_model: str | None = "en_core_web_lg",
-        test_fraction: float = 0.0,
+        test_fraction: float | None = 0.0,
         context_sentences: int = 0,
         passage_pairs: bool = True,
+        sources: Sequence[PairSource] | None = None,
+        train_articles: int | None = None,
     ) -> None:
         super().__init__()
-        self.save_hyperparameters(ignore=["dataset"])
+        self.save_hyperparameters(ignore=["dataset", "sources"])
+        self.hparams["sources"] = [asdict(s) for s in sources or ()]  # logged, as plain values
+        self.sources = list(sources or ())
         self.dataset = dataset
         self.tokenizer = None
         self.train_pairs: list[dict[str, Any]] = []
@@ -107,17 +116,30 @@ class PropositionDataModule(pl.LightningDataModule):
             return load_jsonl_pairs(path)
         raise ValueError(f"unknown data.format {h.format!r} (squad-open, hf, jsonl)")
 
+    def _split(self) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        """(training, validation) pairs: the sources' splits, a separate validation file or
+        split, or the article split of one reader's pairs (test articles dropped)."""
+        h = self.hparams
+        if h.format == "sources":
+            if not self.sources or (h.val_fraction, h.test_fraction) != (None, None):
+                raise ValueError("data.format=sources needs data.sources, each with its own "
+                                 "fractions (data.val_fraction, data.test_fraction: null)")  # fmt: skip
+            splits = read_sources(self.sources)
+            return splits.train, splits.validation
+        pairs = self._read(h.path, h.split)
+        if h.val_path or h.val_split:  # a separate validation file / split (released data)
+            return pairs, self._read(h.val_path or h.path, h.val_split or h.split)
+        fractions = (0.0, 0.0) if h.validate_on_train else (h.val_fraction, h.test_fraction)
+        train, val, _ = split_articles(pairs, *fractions)
+        return train, val
+
     def load_pairs(self) -> None:
         """Read, split and limit the pairs (idempotent; cheap, no tokenizer needed)."""
         if self._loaded:
             return
         h = self.hparams
-        pairs = self._read(h.path, h.split)
-        if h.val_path or h.val_split:  # a separate validation file / split (released data)
-            train, val = pairs, self._read(h.val_path or h.path, h.val_split or h.split)
-        else:
-            fractions = (0.0, 0.0) if h.validate_on_train else (h.val_fraction, h.test_fraction)
-            train, val, _ = split_articles(pairs, *fractions)
+        train, val = self._split()
+        train = first_articles(train, h.train_articles) if h.train_articles else train
         self.train_pairs = train[: h.limit_train] if h.limit_train else train
         if h.validate_on_train:  # overfitting checks: validate on the training pairs themselves
             val = self.train_pairs

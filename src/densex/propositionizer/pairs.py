@@ -6,8 +6,9 @@ passage's earlier sentences as read-only context: ``... Section: {section}. Cont
 {earlier sentences} Content: {sentence}``) and the target the JSON list of
 propositions (``json.dumps(..., ensure_ascii=False)``), exactly what the model must generate.
 Three readers produce pairs: the shared squad-open files (passages + propositions joined on
-id), the released Hugging Face training data (``sources``/``targets`` columns), and JSONL;
-bad rows are `DataError`s naming file, line and field, and pair ids are unique.
+id; `partial` where the propositions cover some articles only, as squad-train's), the
+released Hugging Face training data (``sources``/``targets`` columns), and JSONL; bad rows
+are `DataError`s naming file, line and field, and pair ids are unique.
 The train/validation/test split is by article, from a fixed hash of the title (`split_articles`),
 so no article leaks across it and the split does not change with file order, seeds or Python's
 hash salt.
@@ -19,7 +20,7 @@ import hashlib
 import json
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +35,8 @@ __all__ = [
     "split_articles",
     "split_by_title",
     "split_source",
+    "split_titles",
+    "title_bucket",
     "title_of_source",
 ]
 
@@ -100,42 +103,65 @@ def _pair(pid: str, title: str, source: str, propositions: list[str]) -> dict[st
 
 
 def load_squad_open_pairs(
-    passages_path: str | os.PathLike, propositions_path: str | os.PathLike
+    passages_path: str | os.PathLike,
+    propositions_path: str | os.PathLike,
+    partial: bool = False,
 ) -> list[dict[str, Any]]:
-    """Join passages.jsonl and propositions.jsonl on id; a missing partner is a located error."""
-    passages: dict[str, tuple[int, dict]] = {}
-    for lineno, row in numbered_jsonl(passages_path, required=("title", "text"), nonempty=("id",)):
-        if row["id"] in passages:
-            raise DataError(passages_path, lineno, "id", f"duplicate passage id {row['id']!r}")
-        passages[row["id"]] = (lineno, row)
-    pairs, seen = [], set()
-    for lineno, row in numbered_jsonl(propositions_path, nonempty=("id",)):
-        pid = row["id"]
+    """Join passages.jsonl and propositions.jsonl on id, in the propositions file's order; a
+    missing partner is a located error. `partial`: the propositions cover some articles only
+    (squad-train: 156 of 442), so the passages of an article with no propositions at all make
+    no pair; a passage of a covered article without propositions is still an error. Only the
+    passages that pair are held (the passages file is streamed)."""
+    props = _read_propositions(propositions_path)
+    passages, unpaired = _paired_passages(passages_path, props)
+    pairs = []
+    for pid, (lineno, propositions) in props.items():
         if pid not in passages:
             raise DataError(
                 propositions_path, lineno, "id", f"no passage {pid!r} in {passages_path}"
             )
-        if pid in seen:
-            raise DataError(propositions_path, lineno, "id", f"duplicate id {pid!r}")
-        seen.add(pid)
-        props = _check_propositions(
-            row.get("propositions"), propositions_path, lineno, "propositions"
+        p = passages[pid]
+        source = format_source(p["title"], p.get("section") or "", p["text"])
+        pairs.append(_pair(pid, p["title"], source, propositions))
+    covered = {p["title"] for p in pairs} if partial else None
+    missing = [v for t, v in unpaired.items() if covered is None or t in covered]
+    if missing:
+        lineno, pid = min(missing)
+        why = f"passage {pid!r} has no propositions in {propositions_path}"
+        raise DataError(
+            passages_path, lineno, "id", why + (" (its article has)" if partial else "")
         )
-        _, p = passages[pid]
-        pairs.append(
-            _pair(
-                pid, p["title"], format_source(p["title"], p.get("section") or "", p["text"]), props
-            )
-        )
-    for pid, (lineno, _) in passages.items():
-        if pid not in seen:
-            raise DataError(
-                passages_path,
-                lineno,
-                "id",
-                f"passage {pid!r} has no propositions in {propositions_path}",
-            )
     return pairs
+
+
+def _read_propositions(path: str | os.PathLike) -> dict[str, tuple[int, list[str]]]:
+    """{passage id: (line, propositions)} of a propositions JSONL, ids unique, lists checked."""
+    props: dict[str, tuple[int, list[str]]] = {}
+    for lineno, row in numbered_jsonl(path, nonempty=("id",)):
+        if row["id"] in props:
+            raise DataError(path, lineno, "id", f"duplicate id {row['id']!r}")
+        value = _check_propositions(row.get("propositions"), path, lineno, "propositions")
+        props[row["id"]] = (lineno, value)
+    return props
+
+
+def _paired_passages(
+    path: str | os.PathLike, props: dict[str, Any]
+) -> tuple[dict[str, dict[str, Any]], dict[str, tuple[int, str]]]:
+    """(the passages of `path` whose id is in `props`, {title: (line, id) of its first passage
+    without propositions}); the file is streamed, its ids must be unique."""
+    seen: set[str] = set()
+    kept: dict[str, dict[str, Any]] = {}
+    unpaired: dict[str, tuple[int, str]] = {}
+    for lineno, row in numbered_jsonl(path, required=("title", "text"), nonempty=("id",)):
+        if row["id"] in seen:
+            raise DataError(path, lineno, "id", f"duplicate passage id {row['id']!r}")
+        seen.add(row["id"])
+        if row["id"] in props:
+            kept[row["id"]] = row
+        else:
+            unpaired.setdefault(row["title"], (lineno, row["id"]))
+    return kept, unpaired
 
 
 def load_hf_pairs(
@@ -209,9 +235,20 @@ def load_jsonl_pairs(path: str | os.PathLike) -> list[dict[str, Any]]:
     return pairs
 
 
-def _title_bucket(title: str) -> float:
+def title_bucket(title: str) -> float:
     """A fixed pseudo-random number in [0, 1) per title (SHA-1, stable across runs)."""
     return int(hashlib.sha1(title.encode("utf-8")).hexdigest()[:12], 16) / 16**12
+
+
+def split_titles(
+    titles: Iterable[str], val_fraction: float, test_fraction: float = 0.0
+) -> tuple[set[str], set[str], set[str]]:
+    """(train, validation, test) title sets of `split_articles` (its rule, on titles alone)."""
+    ordered = sorted(set(titles), key=title_bucket)
+    test = _take(ordered, set(), test_fraction, lambda b: b < test_fraction)
+    lo, hi = test_fraction, test_fraction + val_fraction
+    val = _take(ordered, test, val_fraction, lambda b: lo <= b < hi)
+    return set(ordered) - val - test, val, test
 
 
 def split_articles(
@@ -227,10 +264,7 @@ def split_articles(
     title hashes into its range, the remaining title with the smallest hash is used; the last
     title is never taken from training.
     """
-    titles = sorted({p["title"] for p in pairs}, key=_title_bucket)
-    test = _take(titles, set(), test_fraction, lambda b: b < test_fraction)
-    lo, hi = test_fraction, test_fraction + val_fraction
-    val = _take(titles, test, val_fraction, lambda b: lo <= b < hi)
+    _, val, test = split_titles((p["title"] for p in pairs), val_fraction, test_fraction)
     out: tuple[list, list, list] = ([], [], [])
     for p in pairs:
         out[1 if p["title"] in val else 2 if p["title"] in test else 0].append(p)
@@ -242,7 +276,7 @@ def _take(titles: list[str], taken: set[str], fraction: float, rule: Any) -> set
     left = [t for t in titles if t not in taken]
     if fraction <= 0 or len(left) < 2:
         return set()
-    chosen = {t for t in left if rule(_title_bucket(t))} or {left[0]}
+    chosen = {t for t in left if rule(title_bucket(t))} or {left[0]}
     if len(chosen) == len(left):
         chosen.discard(left[-1])
     return chosen

@@ -4,7 +4,8 @@ the data module, the model checkpoint to start from, and the batch plan.
 Contract: `batch_plan` splits `model.batch_size` exactly into per-device batch x devices x
 accumulation steps (else a `ValueError` naming the fix); `build_trainer`, `build_loggers`,
 `build_datamodule` and `build_model_path` instantiate the `trainer`, `callbacks`, `logger`,
-`data` and `model` groups (template style, `hydra.utils.instantiate`).
+`data` and `model` groups (template style, `hydra.utils.instantiate`; `data.sources` typed
+by `sources.pair_sources`).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import pytorch_lightning as pl
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
+from densex.pipelines.train.sources import pair_sources
 from densex.propositionizer.module import prepare_model_path
 from densex.report.wandb_log import wandb_offline
 from densex.utils.logging import get_logger
@@ -124,12 +126,17 @@ def build_trainer(cfg: DictConfig) -> pl.Trainer:
 
 
 def build_datamodule(cfg: DictConfig, per_device: int) -> Any:
-    """The `data` group's data module with its pairs loaded (validation pairs required)."""
-    datamodule = instantiate(cfg.data, per_device_batch_size=per_device)
+    """The `data` group's data module with its pairs loaded (validation pairs required);
+    `data.sources` reaches it as `PairSource`s."""
+    sources = pair_sources(cfg.data.get("sources"))
+    datamodule = instantiate(
+        cfg.data, per_device_batch_size=per_device, sources=sources, _convert_="object"
+    )
     datamodule.load_pairs()
     if not datamodule.val_pairs:
         raise ValueError(
-            "no validation pairs: set data.val_fraction > 0, data.val_path or data.val_split"
+            "no validation pairs: set data.val_fraction > 0 (a source's, with data.sources),"
+            " data.val_path or data.val_split"
         )
     return datamodule
 
