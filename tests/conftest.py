@@ -45,25 +45,29 @@ def pytest_configure(config: pytest.Config) -> None:
 # measured 2026-12).
 # `make test` runs `--dist loadfile --no-loadscope-reorder`, so xdist hands files to the two
 # workers in collection order: longest first, the many short files fill in at the end, and
-# no long file starts last while the other worker sits idle. Only the order depends on this
-# list; a stale entry costs balance, never a result.
+# no long file starts last while the other worker sits idle. The demo sweep's builder
+# (test_report_demo_sweep.py, the session's `demo_sweep`) comes early and the other files
+# reading it (test_serve.py, test_explorer_browser.py, ...) several files later, so the other
+# worker never waits on its lock. Only the order depends on this list; a stale entry costs
+# balance, never a result.
 HEAVY_FIRST = {
     "tests/test_propositionizer_train.py": 46,
-    "tests/test_decode_speed.py": 43,
-    "tests/test_pipelines.py": 39,
+    "tests/test_decode_speed.py": 38,
+    "tests/search/test_report_demo_sweep.py": 30,
+    "tests/test_pipelines.py": 33,
     "tests/test_benchmarks.py": 33,
-    "tests/test_fault_table.py": 29,
-    "tests/search/test_report_demo_sweep.py": 27,
-    "tests/search/test_serve.py": 25,
     "tests/test_encode.py": 20,
-    "tests/test_qa_pipeline.py": 20,
     "tests/test_copy_bf16.py": 19,
     "tests/test_runtimes.py": 19,
+    "tests/search/test_serve.py": 15,
     "tests/test_generate.py": 16,
+    "tests/test_analysis_e2e.py": 15,
+    "tests/test_context_inputs.py": 15,
     "tests/search/test_explorer_browser.py": 15,
     "tests/test_formats_matrix.py": 14,
     "tests/test_copy_student.py": 12,
-    "tests/test_analysis_e2e.py": 11,
+    "tests/test_fault_table.py": 12,
+    "tests/test_qa_pipeline.py": 10,
 }
 
 
