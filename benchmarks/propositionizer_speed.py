@@ -24,7 +24,7 @@ tokenizer), or, without teacher propositions, the student's measured length. Spe
 compares like with like: same passages, same outputs' lengths, one machine, one run.
 
     flock /tmp/densex-cpu.lock python benchmarks/propositionizer_speed.py --student RUN/hf_model \
-        --passages HELD/passages.jsonl --propositions HELD/propositions.jsonl student bert2bert
+        --passages HELD/test/passages.jsonl --propositions HELD/test/propositions.jsonl student bert2bert
 
 Without specs (the default) it compares side by side, in one run (`compare`; under 10 minutes
 on 2 cores, `--quick` about one): the student per sentence (`--context` earlier sentences as

@@ -21,6 +21,8 @@ from pathlib import Path
 
 import pytest
 
+from helpers.docs import fenced_blocks
+
 pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parents[1]
@@ -33,8 +35,7 @@ def section_blocks(text: str, heading: str) -> list[str]:
     """The ```bash blocks of the README section that starts at `heading` (to the next `## `)."""
     start = text.index(heading + "\n")
     end = text.find("\n## ", start + len(heading))
-    body = text[start : end if end >= 0 else None]
-    return re.findall(r"^```bash\n(.*?)^```$", body, flags=re.M | re.S)
+    return [block for _, block in fenced_blocks(text[start : end if end >= 0 else None], "bash")]
 
 
 def make_demo_command() -> list[str]:
