@@ -52,6 +52,7 @@ def pytest_configure(config: pytest.Config) -> None:
 # balance, never a result.
 HEAVY_FIRST = {
     "tests/test_propositionizer_train.py": 46,
+    "tests/test_squad_train.py": 36,
     "tests/test_decode_speed.py": 38,
     "tests/search/test_report_demo_sweep.py": 30,
     "tests/test_pipelines.py": 33,
@@ -126,6 +127,18 @@ def squad_open(shared_data: Path) -> Path:
     path = shared_data / "squad-open"
     if not (path / "passages.jsonl").exists():
         missing(f"squad-open benchmark not found under {path}")
+    return path
+
+
+@pytest.fixture(scope="session")
+def squad_train(shared_data: Path) -> Path:
+    """`../shared/data/squad-train` (SQuAD v1.1 train: passages, questions, the official JSON,
+    teacher propositions of 156 articles), or a skip with the reason (a failure under CI)."""
+    path = shared_data / "squad-train"
+    wanted = ("passages.jsonl", "questions.jsonl", "squad-train-v1.1.json", "propositions.jsonl",
+              "propositionized_titles.json")  # fmt: skip
+    if lacking := [name for name in wanted if not (path / name).exists()]:
+        missing(f"squad-train benchmark not found under {path} (lacks {', '.join(lacking)})")
     return path
 
 

@@ -81,6 +81,18 @@ def test_peers_benchmark(squad_open: Path) -> None:
     assert re.search(r"encode: densex best / sentence-transformers best = \d+\.\d\dx\n$", out)
 
 
+@pytest.mark.slow  # over 8 s: `make test-slow`
+def test_haystack_search_benchmark(squad_train: Path, tmp_path: Path) -> None:
+    # two squad-train articles' sentence cell, built in a fresh cache as evaluate.py would
+    out = run_benchmark("haystack_search.py", "--queries", "40",
+                        "corpus.titles.include=[Matter,Grape]", f"paths.cache_dir={tmp_path}")  # fmt: skip
+    assert re.search(r"units of 21 passages, 40 queries, top-100 passages", out)
+    assert re.search(r"densex retrieve_passages \(ShardedIndex defaults\) +[\d.]+ s", out)
+    assert re.search(r"faiss IndexFlatIP \(defaults\) \+ numpy max/passage +[\d.]+ s", out)
+    assert re.search(r"rankings: \d+ identical, \d+ differ only among scores tied .*, of 40", out)
+    assert re.search(r"search: densex / plain faiss = [\d.]+x\n$", out)
+
+
 def test_gpu_script_runs_at_toy_shapes_on_cpu() -> None:
     proc = subprocess.run(
         ["bash", str(REPO / "benchmarks" / "gpu.sh"), "--tiny"], cwd=REPO, capture_output=True,

@@ -49,7 +49,9 @@ def test_help_lists_the_entry_groups_and_three_examples_without_hydra(repo_root,
 
 def test_evaluate_help_names_its_experiments_and_hydra_help_stays_hydra(repo_root):
     groups = config_groups("evaluate", repo_root / "conf")
-    assert groups["experiment"] == ["demo", "squad-open", "table2", "table3"]
+    assert groups["experiment"] == [
+        "demo", "squad-open", "squad-train", "squad-train-props", "table2", "table3"
+    ]  # fmt: skip
     assert "hydra/launcher" in groups and "task" in groups
     assert "experiment" not in config_groups("index", repo_root / "conf")  # none is for it
     assert help_requested(["-h"]) and help_requested(["x=1", "--help"])

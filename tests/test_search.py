@@ -145,3 +145,35 @@ def test_matches_brute_force(n_units, n_passages, k, n_start, seed):
         # every passage returned is backed by a retrieved unit with its score
         for p, s in zip(r.passage_rows, r.passage_scores):
             assert s == max(r.unit_scores[unit_passage[r.unit_rows] == p])
+
+
+@given(
+    n_units=st.integers(1, 60),
+    n_passages=st.integers(1, 20),
+    k=st.integers(1, 15),
+    n=st.integers(1, 70),
+    ties=st.booleans(),
+    seed=st.integers(0, 10_000),
+)
+def test_settle_block_equals_the_per_query_functions(n_units, n_passages, k, n, ties, seed):
+    """The block path (numpy over a block of queries; tied queries through the two functions)
+    gives each query what `rank_units` + `max_over_units` give it alone, and settles the same
+    queries: real-valued scores (no ties: the numpy path) and few distinct ones (ties)."""
+    from densex.retrieval.search import rank_units, settle_block
+
+    rng = np.random.default_rng(seed)
+    unit_passage = rng.integers(0, n_passages, n_units)
+    raw = rng.integers(0, 4, (5, n_units)) if ties else rng.random((5, n_units))
+    searcher = MatrixSearcher(raw.astype(np.float32), seed)
+    scores, rows = searcher.search([f"q{i}" for i in range(5)], n)
+    got = settle_block(scores, rows, unit_passage, k, n, n_units)
+    for j, r in enumerate(got):
+        us, ur = rank_units(scores[j], rows[j])
+        prow, pscore = max_over_units(us, ur, unit_passage, k)
+        settled = len(prow) >= k and pscore[k - 1] > us[-1]
+        assert (r is not None) == (settled or n >= n_units or len(ur) < n)
+        if r is not None:
+            assert r.passage_rows.tolist() == prow.tolist()
+            assert r.passage_scores.tolist() == pscore.tolist()
+            assert r.unit_rows.tolist() == ur.tolist() and r.unit_scores.tolist() == us.tolist()
+            assert r.passage_rows.dtype == np.int64 and r.unit_scores.dtype == np.float32

@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from densex.qa.short_answers import short_answer_mask, split_short_key
 from densex.utils.io import DataError, csv_rows, read_jsonl, write_jsonl
 from densex.utils.records import Record
 
@@ -154,7 +155,13 @@ def read_per_question(job_dir: str | os.PathLike) -> dict[str, dict[str, Any]]:
 def question_score(row: Record, metric: str) -> float | None:
     """A question's score on a per-question `metric`: the row's value (`hit@k`, `em@l`,
     `rr@10`, `ndcg@10`), or `ar@l` (answer recall within the first l retrieved words: 1 when
-    `words_to_answer` <= l, 0 when larger or null); None when the row does not have it."""
+    `words_to_answer` <= l, 0 when larger or null); None when the row does not have it. A
+    `qa.short_answers` key (`ar@100_short5`) scores the questions whose shortest answer has at
+    most N words as its metric does, and is None for the others (left out of the pair)."""
+    base, words = split_short_key(metric)
+    if words is not None:
+        short = short_answer_mask([list(row.get("answers") or [])], words)[0]
+        return question_score(row, base) if short else None
     if metric.startswith("ar@"):
         if "words_to_answer" not in row:
             return None

@@ -39,6 +39,7 @@ from densex.analysis.sweep_significance import (
     write_significance,
 )
 from densex.analysis.sweep_winloss import sweep_winloss, write_winloss
+from densex.report.naming import answer_recall_metrics
 from densex.report.table2 import find_results, load_results, table2_rows, write_table2
 from densex.report.table2_metrics import full_metrics
 from densex.report.table3 import table3_rows, write_table3
@@ -70,9 +71,11 @@ def analyze_sweep(
     shown = None if ks is None else [k for k in ks if k in found]  # Table 2's cut-offs
     ks = [k for k in (found if ks is None else ks) if k in found]
     full = table2_rows(rows, metrics=full_metrics(rows))  # reads AR@l from the cells' curves
-    words = sorted({int(c.split("@")[1]) for c in (full[0] if full else {}) if " AR@" in c})
+    ar = answer_recall_metrics(full[0] if full else {})
+    words = [int(m[3:]) for m in ar if m[3:].isdigit()]  # AR@l on all questions
+    short = [m for m in ar if not m[3:].isdigit()]  # ... and on the short-answer questions
     written: dict[str, Any] = {}
-    sig = sweep_significance(rows, ks, n_resamples, seed, words=words)
+    sig = sweep_significance(rows, ks, n_resamples, seed, words=words, answer_metrics=short)
     written["significance"] = write_significance(sig, sweep_dir, alpha)
     legend = decision_rule(alpha, n_resamples)
     if ks:

@@ -44,10 +44,13 @@ def sweep_significance(
     seed: int = 0,
     baselines: Sequence[str] = BASELINES,
     words: Sequence[int] = (),
+    answer_metrics: Sequence[str] = (),
 ) -> list[dict[str, Any]]:
     """Significance rows (see the module doc) for the cells of `rows` (results rows with
-    `job_dir`) whose run dirs hold `per_question.jsonl`: R@k for `ks`, AR@l for `words`,
-    MRR@10 and nDCG@10 where the cells have them, EM@l per (reader, budget)."""
+    `job_dir`) whose run dirs hold `per_question.jsonl`: R@k for `ks`, AR@l for `words` and
+    the per-question `answer_metrics` (`ar@100_short5`: AR@100 on the short-answer
+    questions, `analysis.per_question.question_score`), MRR@10 and nDCG@10 where the cells
+    have them, EM@l (and its short-answer subset) per (reader, budget)."""
     per_q: dict[str, dict] = {}
 
     def cell(row: Record) -> dict | None:
@@ -65,7 +68,8 @@ def sweep_significance(
         if any(str(k).startswith("em@") for k in row):
             qb = (*block, *(cell_label(row.get(f)) for f in QA_FIELDS))
             qa_blocks.setdefault(qb, {}).setdefault(str(row["granularity"]), row)
-    retrieval = [f"hit@{k}" for k in ks] + [f"ar@{w}" for w in words] + ["rr@10", "ndcg@10"]
+    retrieval = [f"hit@{k}" for k in ks] + [f"ar@{w}" for w in words] + list(answer_metrics)
+    retrieval += ["rr@10", "ndcg@10"]
     out: list[dict[str, Any]] = []
     for groups, metrics_of in (
         (blocks, lambda r: retrieval),

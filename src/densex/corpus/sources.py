@@ -4,7 +4,8 @@ preflight share.
 `source_rows(corpus, skips)` streams the rows the units stage cuts into passage shards:
 a ready-made collection's passages (`corpus.sources.passage`), a BEIR `corpus.jsonl`
 (`passages_format: beir`), a passages JSONL (`passages`), or documents (`documents` +
-`documents_format`, with the config's column and id settings) to be segmented.
+`documents_format`, with the config's column and id settings) to be segmented; each kept or
+dropped by its title (`corpus.titles`: `corpus.titles.filter_rows`).
 `unit_sources(corpus)` names the inputs of the other unit tables (a collection's
 sentences/propositions, the propositions file) and `first_unit_rows` reads the first rows of
 one with the stage's reader. Preflight reads the first rows of each through these functions,
@@ -21,6 +22,7 @@ from densex.corpus.collections import iter_passage_batches, iter_unit_batches
 from densex.corpus.documents import read_documents
 from densex.corpus.readers import Skips, iter_passages, iter_proposition_rows
 from densex.corpus.spec import CorpusSpec
+from densex.corpus.titles import TitleFilter, filter_rows
 from densex.utils.io import DataError
 
 __all__ = ["SOURCE_KINDS", "first_unit_rows", "source_kind", "source_rows", "unit_sources"]
@@ -40,17 +42,23 @@ def source_kind(corpus: CorpusSpec) -> str:
 
 def source_rows(corpus: CorpusSpec, skips: Skips) -> Iterator[dict[str, Any]]:
     """The passages (or, for `documents`, the documents) of a corpus, streamed, by the
-    reader its settings select (`source_kind`); bad rows go to `skips`."""
+    reader its settings select (`source_kind`), those of the articles `corpus.titles` keeps
+    (`titles.filter_rows`: an included title no row has is a `DataError` once all are read);
+    bad rows go to `skips`."""
     kind = source_kind(corpus)
+    rows: Iterator[dict[str, Any]]
     if kind == "collection":
         source = corpus.sources["passage"]
-        rows = (p for batch in iter_passage_batches(source, skips, 10_000) for p in batch)
-        return _unique(rows, skips, str(source.get("path")))
-    if kind == "beir":  # BEIR corpus.jsonl: a document a passage
-        return iter_beir_corpus(corpus.passages, skips)
-    if kind == "passages":
-        return iter_passages(corpus.passages, skips)
-    return read_documents(corpus, skips)
+        src = str(source.get("path"))
+        batches = iter_passage_batches(source, skips, 10_000)
+        rows = _unique((p for batch in batches for p in batch), skips, src)
+    elif kind == "beir":  # BEIR corpus.jsonl: a document a passage
+        src, rows = str(corpus.passages), iter_beir_corpus(corpus.passages, skips)
+    elif kind == "passages":
+        src, rows = str(corpus.passages), iter_passages(corpus.passages, skips)
+    else:
+        src, rows = str(corpus.documents), read_documents(corpus, skips)
+    return filter_rows(rows, TitleFilter.from_spec(corpus.titles, "corpus.titles"), src)
 
 
 def _unique(rows: Iterator[dict], skips: Skips, source: str) -> Iterator[dict]:

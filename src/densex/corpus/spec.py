@@ -5,7 +5,8 @@
 composition naming the file. A corpus comes from one of three sources, tried in this order:
 ready-made unit collections (`sources`, FactoidWiki), a passages file (`passages`), or
 documents segmented into 100-word passages (`documents` + `documents_format` and its reader's
-column keys). The units stage takes the composed node (`corpus.units.build_units`).
+column keys). `titles` keeps some articles only (`TitleFilterSpec`, read by `corpus.titles`).
+The units stage takes the composed node (`corpus.units.build_units`).
 """
 
 from __future__ import annotations
@@ -33,6 +34,18 @@ class SegmentationSpec:
 
 
 @dataclass
+class TitleFilterSpec:
+    """Which articles a corpus keeps, by passage title (SQuAD's decoded spelling: `Brasília`,
+    spaces): those of `include` (null: every article) but not of `exclude`. Each is null, a
+    list of titles, or a file of them: a JSON list, or text with one title a line. The titles'
+    content (not the file's path) keys the units, so a filtered corpus never shares a cache
+    entry with another; `dataset.titles` follows it where the dataset config says so."""
+
+    include: Any = None
+    exclude: Any = None
+
+
+@dataclass
 class CorpusSpec:
     """A retrieval corpus: its sources, segmentation, unit tables and shard sizes."""
 
@@ -56,6 +69,7 @@ class CorpusSpec:
     revision: str | None = None
     limit: int | None = None
     segmentation: SegmentationSpec = field(default_factory=SegmentationSpec)
+    titles: TitleFilterSpec = field(default_factory=TitleFilterSpec)  # articles kept
     on_error: str = "raise"  # raise | skip (skips are counted in the units manifest)
     granularities: list[str] = field(default_factory=lambda: list(GRANULARITIES))
     shard_rows: int = 20_000  # source rows per Arrow shard: the unit of resume, one spaCy batch

@@ -162,6 +162,7 @@ def _config_record(corpus: CorpusSpec) -> dict[str, Any]:
     `documents` is recorded by its text, never deep-copied)."""
     fields = {f.name: getattr(corpus, f.name) for f in dataclasses.fields(corpus)}
     fields["segmentation"] = dataclasses.asdict(corpus.segmentation)
+    fields["titles"] = dataclasses.asdict(corpus.titles)
     return json.loads(json.dumps(fields, default=str))
 
 
@@ -181,7 +182,8 @@ def _build(
     sources = dict(corpus.sources or {})
     build_passage_shards(corpus, out, skips, [g for g in wanted if not sources.get(g)])
     passages = ArrowTable.open(out / "arrow" / "passages")
-    grans = build_unit_tables(corpus, out, passages, wanted, propositions_path, skips)
+    outside: dict[str, int] = {}  # rows of passages a title filter left out, per table
+    grans = build_unit_tables(corpus, out, passages, wanted, propositions_path, skips, outside)
     units = {g: export_units_jsonl(out, g, passages) for g in grans}
     export_passages_jsonl(out)
     manifest = {
@@ -198,6 +200,7 @@ def _build(
         "sentencizer": sentencizer_id(seg["spacy_model"]),
         "config": _config_record(corpus),
         "skipped": skips.summary(),
+        **({"outside_title_filter": outside} if outside else {}),
         "seconds": round(time.perf_counter() - start, 2),
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }

@@ -1,8 +1,9 @@
 """What a units directory depends on: the corpus's unit settings (`CorpusSpec`) and their key.
 
-`units_key` hashes everything the unit files depend on (inputs, segmentation,
-sentencizer, format version); `units_dir_for` is the cache directory index and evaluate share;
-`input_record` is the manifest's record of the inputs. A missing input file is a `DataError`.
+`units_key` hashes everything the unit files depend on (inputs, the articles kept by
+`corpus.titles`, segmentation, sentencizer, format version); `units_dir_for` is the cache
+directory index and evaluate share; `input_record` is the manifest's record of the inputs. A
+missing input file is a `DataError`.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Any
 
 from densex.corpus.segment import sentencizer_id
 from densex.corpus.spec import GRANULARITIES, CorpusSpec
+from densex.corpus.titles import TitleFilter
 from densex.utils.cache import artifact_dir, content_key, hash_file
 from densex.utils.io import DataError
 
@@ -79,7 +81,8 @@ def _collection_fingerprint(source: dict[str, Any]) -> dict[str, Any]:
 
 
 def units_key(corpus: CorpusSpec, propositions_path: str | os.PathLike | None = None) -> str:
-    """Content key of everything the unit files depend on (inputs, segmentation, sentencizer)."""
+    """Content key of everything the unit files depend on (inputs, the title filter's titles,
+    segmentation, sentencizer)."""
     seg = segmentation_settings(corpus)
     parts: dict[str, Any] = {
         "version": UNITS_FORMAT_VERSION,
@@ -103,6 +106,9 @@ def units_key(corpus: CorpusSpec, propositions_path: str | os.PathLike | None = 
         parts["segmentation"] = {k: seg[k] for k in ("max_words", "min_tail_words")}
     props = propositions_path or corpus.propositions
     parts["propositions"] = _hash_input(props) if props else None
+    titles = TitleFilter.from_spec(corpus.titles, "corpus.titles").key()
+    if titles is not None:  # keyed only when set: the keys of unfiltered corpora stay
+        parts["titles"] = titles
     return content_key(**parts)
 
 
@@ -131,11 +137,14 @@ def input_record(
     """The manifest's record of what the units were built from."""
     sources = dict(corpus.sources or {})
     if sources:
-        return {g: _collection_fingerprint(s) for g, s in sources.items() if s}
-    src = corpus.passages or corpus.documents
-    kind = "passages" if corpus.passages else "documents"
-    inputs = {kind: {"path": str(src), **_source_fingerprint(src, corpus)}}
+        inputs = {g: _collection_fingerprint(s) for g, s in sources.items() if s}
+    else:
+        src = corpus.passages or corpus.documents
+        kind = "passages" if corpus.passages else "documents"
+        inputs = {kind: {"path": str(src), **_source_fingerprint(src, corpus)}}
     props = propositions_path or corpus.propositions
-    if props and with_props:
+    if props and with_props and not sources:
         inputs["propositions"] = {"path": str(props), "sha256": hash_file(props)}
+    if (titles := TitleFilter.from_spec(corpus.titles, "corpus.titles").key()) is not None:
+        inputs["titles"] = titles
     return inputs

@@ -15,6 +15,8 @@ Formats (`dataset.format`):
 Formats without ids get `f"{id_prefix}-{index}"`: index = line number - 1 for line-based files,
 else the record's position (from 0) — stable across runs and unaffected by skipped records.
 Answers keep their order with exact duplicates removed (no metric depends on duplicates).
+`dataset.titles` keeps the questions of some SQuAD articles only (`article_question_ids`, by
+the SQuAD JSON `dataset.articles`), before `limit` counts.
 
 `match: regex` answers (CuratedTREC) are compiled up front with the scorer's own
 `compile_answer_pattern`: a pattern broken as written is a `DataError`; one that compiles as
@@ -31,6 +33,7 @@ from typing import Any
 
 from densex.corpus.documents import load_hf
 from densex.corpus.readers import Skips, why_not_text
+from densex.data.article_filter import article_question_ids
 from densex.data.beir import load_beir_queries
 from densex.data.qrels import read_qrels
 from densex.data.question_formats import (
@@ -67,8 +70,10 @@ FORMATS = ("jsonl", "dpr-jsonl", "nq-open", "dpr-tsv", "webq-brmson", "eq", "squ
 class _Collector:
     """Validates raw records into question rows; errors go through the `on_error` policy."""
 
-    def __init__(self, skips: Skips, id_prefix: str, limit: int | None) -> None:
-        self.skips, self.id_prefix, self.limit = skips, id_prefix, limit
+    def __init__(
+        self, skips: Skips, id_prefix: str, limit: int | None, keep: set[str] | None = None
+    ) -> None:
+        self.skips, self.id_prefix, self.limit, self.keep = skips, id_prefix, limit, keep
         self.rows: list[dict[str, Any]] = []
         self.ids: set[str] = set()
         self.where: dict[str, tuple[Any, int | None, str]] = {}  # id -> (source, line, prefix)
@@ -81,6 +86,8 @@ class _Collector:
         self, source: Any, raw: RawQuestion, index: int, answers_field: str = "answers"
     ) -> None:
         line, qid, question, answers, extra, where = raw
+        if self.keep is not None and str(qid) not in self.keep:
+            return None  # a question of an article the dataset's title filter leaves out
         answers_field = where + answers_field
         if not isinstance(question, str) or not question.strip():
             why = why_not_text(question, missing=question is None)
@@ -148,8 +155,10 @@ def load_questions(
     id_prefix: str | None = None,
     hf_schema: str | None = None,
     skips: Skips | None = None,
+    keep: set[str] | None = None,
 ) -> list[dict[str, Any]]:
-    """Load a question set as `{"id", "question", "answers"}` rows (see the module doc).
+    """Load a question set as `{"id", "question", "answers"}` rows (see the module doc);
+    `keep` (question ids) drops the others before `limit` counts.
 
     Bad records raise a `DataError` naming file, line (or JSON path) and field; with
     `on_error="skip"` they are counted in `skips` (pass one in to read the counts).
@@ -157,7 +166,7 @@ def load_questions(
     skips = skips or Skips(on_error)
     return _load(
         path, format, split=split, hf_name=hf_name, limit=limit, id_prefix=id_prefix,
-        hf_schema=hf_schema, skips=skips,
+        hf_schema=hf_schema, skips=skips, keep=keep,
     ).rows  # fmt: skip
 
 
@@ -171,6 +180,7 @@ def _load(
     id_prefix: str | None,
     hf_schema: str | None,
     skips: Skips,
+    keep: set[str] | None = None,
 ) -> _Collector:
     if format == "hf":
         ds = load_hf(path, hf_name, split)
@@ -180,7 +190,7 @@ def _load(
         return _done(path, collector, skips)
     path = Path(os.path.expanduser(str(path)))
     prefix = id_prefix or path.name.split(".")[0]
-    collector = _Collector(skips, prefix, limit)
+    collector = _Collector(skips, prefix, limit, keep)
     if format == "eq":
         for file in eq_files(path, split):
             relation = file.name.split(".")[0]
@@ -267,6 +277,7 @@ def load_dataset_questions(
         id_prefix=dataset.name,
         hf_schema=dataset.hf_schema,
         skips=skips if skips is not None else Skips(dataset.on_error or "raise"),
+        keep=article_question_ids(dataset),
     )
     if (dataset.match or "string") == "regex":
         found = check_regex_answers(collector.rows, collector.where)

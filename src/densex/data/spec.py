@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from densex.corpus.spec import TitleFilterSpec
 from densex.utils.config import check_choices
 
 MATCHES = ("string", "regex")
@@ -44,6 +45,14 @@ class DatasetSpec:
     limit: int | None = None  # the first N questions (quick checks)
     dir: str | None = None  # beir: the dataset folder the paths are relative to
     qrels: QrelsSpec = field(default_factory=QrelsSpec)
+    # SQuAD v1.1 JSON of the questions (question id -> article): what `titles` filters by
+    articles: str | None = None
+    # the questions of these articles only (include / exclude, as `corpus.titles`; the
+    # squad-train config follows the corpus's filter); applied before `limit`
+    titles: TitleFilterSpec = field(default_factory=TitleFilterSpec)
+    # answer recall within l words and EM@l also on the questions whose shortest answer has at
+    # most this many words (`<metric>_short<N>` keys); null: on all questions only
+    short_answer_words: int | None = None
 
     def __post_init__(self) -> None:
         check_choices(
@@ -51,3 +60,14 @@ class DatasetSpec:
             match=(self.match, MATCHES),
             on_error=(self.on_error, ON_ERROR),
         )
+        if self.short_answer_words is not None and self.short_answer_words < 1:
+            raise ValueError(
+                f"dataset {self.name!r}: short_answer_words must be >= 1 or null, got "
+                f"{self.short_answer_words}"
+            )
+        filtered = self.titles.include is not None or self.titles.exclude is not None
+        if filtered and not self.articles:
+            raise ValueError(
+                f"dataset {self.name!r}: dataset.titles needs dataset.articles, the SQuAD JSON"
+                " that maps each question id to its article"
+            )

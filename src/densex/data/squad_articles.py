@@ -11,12 +11,19 @@ from __future__ import annotations
 
 import os
 from collections.abc import Collection
+from pathlib import Path
 from urllib.parse import unquote
 
 from densex.utils.io import numbered_jsonl, read_json
 from densex.utils.records import Record
 
-__all__ = ["article_questions", "passage_title", "shortest_answer_words"]
+__all__ = [
+    "article_question_ids",
+    "article_questions",
+    "article_titles",
+    "passage_title",
+    "shortest_answer_words",
+]
 
 
 def passage_title(squad_title: str) -> str:
@@ -38,6 +45,39 @@ def article_questions(
         for qa in para["qas"]
     }
     return [row for _, row in numbered_jsonl(questions) if row["id"] in qids]
+
+
+_articles_memo: dict[tuple[str, int, int], dict[str, tuple[str, ...]]] = {}
+
+
+def _article_qids(squad_json: str | os.PathLike) -> dict[str, tuple[str, ...]]:
+    """`{passage title: its question ids}` of a SQuAD JSON, in file order; memoised on the
+    file's (path, size, mtime) within a process (a sweep's checks and cells ask again; SQuAD
+    train's JSON is 30 MB, its ids 87,599 short strings)."""
+    path = Path(squad_json).resolve()
+    stat = path.stat()
+    key = (str(path), stat.st_size, stat.st_mtime_ns)
+    if key not in _articles_memo:
+        _articles_memo[key] = {
+            passage_title(article["title"]): tuple(
+                qa["id"] for para in article["paragraphs"] for qa in para["qas"]
+            )
+            for article in read_json(path)["data"]
+        }
+    return _articles_memo[key]
+
+
+def article_titles(squad_json: str | os.PathLike) -> list[str]:
+    """The articles of a SQuAD JSON as passages spell their titles (`passage_title`), in file
+    order."""
+    return list(_article_qids(squad_json))
+
+
+def article_question_ids(squad_json: str | os.PathLike, titles: Collection[str]) -> set[str]:
+    """The ids of the questions of the articles of `titles` (passage titles) in a SQuAD JSON:
+    the ids `article_questions` keeps, without reading a questions file."""
+    by_title = _article_qids(squad_json)
+    return {qid for title in set(titles) for qid in by_title.get(title, ())}
 
 
 def shortest_answer_words(answers: Collection[str]) -> int:

@@ -10,12 +10,14 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import regex
 
 from densex.metrics.answers import compile_answer_pattern, exact_match, has_answer
 from densex.qa.answer_recall import first_answer_words, recall_curve
 from densex.qa.budget import first_words
 from densex.qa.reader import Reader
+from densex.qa.short_answers import short_answer_mask, short_key
 from densex.utils.io import DataError, atomic_open, csv_rows, write_jsonl, write_manifest
 from densex.utils.logging import get_logger
 from densex.utils.records import Record
@@ -104,6 +106,7 @@ def qa_metrics(
     match_type: str = "string",
     curve_step: int = 1,
     per_question: dict[str, list] | None = None,
+    short_answer_words: int | None = None,
 ) -> dict[str, float]:
     """Answer recall@l words for the whole curve and, with a `reader` (built by the entry
     pipeline: `pipelines.edge.build_reader`), EM@budget.
@@ -112,10 +115,11 @@ def qa_metrics(
     (each question's retrieved unit texts, best first). Writes `answer_recall_by_words.csv`,
     `reader_predictions.jsonl` (with a reader) and `qa_manifest.json` into `out_dir`; returns
     `answer_recall@100`, `answer_recall@500` (those within max_words), `answer_recall@{budget}`
-    and `em@{budget}` (percent). A `per_question` dict, when given, receives the
+    and `em@{budget}` (percent), and with `short_answer_words` N the same on the questions
+    whose shortest answer has at most N words (`qa.short_answers`: `answer_recall@100_short5`,
+    ..., `n_short_answer_questions`). A `per_question` dict, when given, receives the
     per-question values: `words_to_answer` (None = not within max_words) and, with a reader,
-    `em@{budget}` (bool).
-    """
+    `em@{budget}` (bool)."""
     if len(questions) != len(ranked_unit_texts):
         raise ValueError(f"{len(questions)} questions but {len(ranked_unit_texts)} retrievals")
     out = Path(out_dir)
@@ -127,18 +131,17 @@ def qa_metrics(
         per_question["words_to_answer"] = list(needed)
     write_curve(out / CURVE_FILE, curve, step=curve_step)
     metrics = _recall_at(curve, budget, max_words)
-    manifest: dict[str, Any] = {
-        "questions": len(questions),
-        "budget": int(budget),
-        "max_words": int(max_words),
-        "match_type": match_type,
-        "curve_file": CURVE_FILE,
-        "curve_seconds": round(time.perf_counter() - t0, 3),
-    }
+    short = short_answer_mask(answers, short_answer_words) if short_answer_words else None
+    if short is not None:
+        metrics.update(_short_recall(needed, short, short_answer_words, budget, max_words))
+    manifest: dict[str, Any] = {"questions": len(questions), "budget": int(budget),
+                                "max_words": int(max_words), "match_type": match_type,
+                                "curve_file": CURVE_FILE,
+                                "curve_seconds": round(time.perf_counter() - t0, 3)}  # fmt: skip
     if reader is not None:
         t0 = time.perf_counter()
         correct = _reader_em(reader, questions, answers, ranked_unit_texts, budget, match_type, out)
-        metrics[f"em@{int(budget)}"] = round(100.0 * sum(correct) / max(len(correct), 1), 4)
+        metrics.update(_em_metrics(correct, int(budget), short, short_answer_words))
         if per_question is not None:
             per_question[f"em@{int(budget)}"] = [bool(c) for c in correct]
         manifest.update(
@@ -151,6 +154,33 @@ def qa_metrics(
     write_manifest(out / MANIFEST_FILE, metrics=metrics, **manifest)
     log.info("qa metrics: %s", metrics)
     return metrics
+
+
+def _short_recall(
+    needed: Sequence[int | None], short: np.ndarray, words: int, budget: int, max_words: int
+) -> dict[str, float]:
+    """`_recall_at` on the questions of the `short` mask, under `short_key`s, and what they
+    were computed on (`short_answer_words`, `n_short_answer_questions`)."""
+    subset = [n for n, keep in zip(needed, short) if keep]
+    at = _recall_at(recall_curve(subset, max_words), budget, max_words)
+    out: dict[str, Any] = {short_key(k, words): v for k, v in at.items()}
+    return {**out, "short_answer_words": int(words), "n_short_answer_questions": len(subset)}
+
+
+def _em_metrics(
+    correct: Sequence[bool], budget: int, short: np.ndarray | None, words: int | None
+) -> dict[str, float]:
+    """`em@{budget}` (percent) and, with a `short` mask, the same on those questions."""
+    metrics = {f"em@{budget}": _percent(correct)}
+    if short is not None and words:
+        kept = [c for c, keep in zip(correct, short) if keep]
+        metrics[short_key(f"em@{budget}", words)] = _percent(kept)
+    return metrics
+
+
+def _percent(flags: Sequence[bool]) -> float:
+    """The percent of true `flags` (4 decimals; 0 for none)."""
+    return round(100.0 * sum(flags) / max(len(flags), 1), 4)
 
 
 def _reader_em(

@@ -10,7 +10,9 @@ anything unknown follows in order of first appearance. Labels:
 - metrics (`metric_label`): results-row keys and per-question keys alike, `recall@5` and
   `hit@5` -> `R@5`, `answer_recall@100` / `ar@100` -> `AR@100`, `em@100` -> `EM@100`,
   `mrr@10` / `rr@10` -> `MRR@10`, `ndcg@10` -> `nDCG@10`, `gold_recall@5` -> `gR@5`;
-- a table column: `"{dataset label} {metric label}"` (`column_label`).
+- a table column: `"{dataset label} {metric label}"` (`column_label`; `split_column` parts it);
+- a metric on the questions with a short answer (`qa.short_answers`: key `<metric>_short<N>`):
+  its label then ` (≤N-word answers)`: `answer_recall@100_short5` -> `AR@100 (≤5-word answers)`.
 
 Files keep the results-row keys only where they are data for programs (`results.jsonl`,
 `per_question.jsonl`); every table, CSV and W&B table or summary uses these labels.
@@ -22,11 +24,12 @@ import re
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from densex.qa.short_answers import short_key, split_short_key
 from densex.utils.records import Record
 
 RETRIEVER_ORDER = ("simcse", "contriever", "dpr", "ance", "tasb", "gtr", "bm25", "minilm")
 GRANULARITY_ORDER = ("passage", "sentence", "proposition")
-DATASET_ORDER = ("nq", "tqa", "webq", "squad", "eq", "curated", "squad-open", "demo")
+DATASET_ORDER = ("nq", "tqa", "webq", "squad", "eq", "curated", "squad-open", "squad-train", "demo")
 
 DISPLAY = {
     "simcse": "SimCSE",
@@ -43,10 +46,13 @@ DISPLAY = {
     "squad": "SQuAD",
     "eq": "EQ",
     "squad-open": "SQuAD-open",
+    "squad-train": "SQuAD-train",
 }
 RETRIEVER_LABEL = {r: DISPLAY[r] for r in RETRIEVER_ORDER}
 # the dataset part of column labels ("NQ R@5"); other datasets keep their config name
-DATASET_LABEL = {d: DISPLAY[d] for d in ("nq", "tqa", "webq", "squad", "eq", "squad-open")}
+DATASET_LABEL = {
+    d: DISPLAY[d] for d in ("nq", "tqa", "webq", "squad", "eq", "squad-open", "squad-train")
+}
 
 GAIN = "gain"  # the table rows' key of the proposition - passage row
 GAIN_LABEL = "Δ prop − psg"  # how every file names that row (and the gain column)
@@ -65,12 +71,17 @@ _METRIC_PREFIX = (
     ("ndcg@", "nDCG@"),
 )
 METRIC_LABEL = re.compile(r"^(R|AR|gR|EM|MRR|nDCG)@\d+$")  # every label `metric_label` gives
+# ... and after it, for a metric on the short-answer questions
+SHORT_LABEL = re.compile(r"^(?P<metric>\S+) \(≤(?P<words>\d+)-word answers\)$")
 
 
 def metric_label(key: str) -> str:
     """The label of a metric key (see the module doc); a key that is already a label, or is
     no metric, is returned unchanged."""
     key = str(key)
+    base, words = split_short_key(key)
+    if words is not None:
+        return f"{metric_label(base)} (≤{words}-word answers)"
     for prefix, label in _METRIC_PREFIX:
         if key.startswith(prefix) and key[len(prefix) :].isdigit():
             return label + key[len(prefix) :]
@@ -92,10 +103,38 @@ def granularity_label(key: Any) -> str:
     return GAIN_LABEL if key == GAIN else str(key)
 
 
+def split_column(column: str) -> tuple[str, str]:
+    """`(dataset, metric)` of a table column `"{dataset} {metric}"` (dataset "" when it has
+    none); a short-answer label's own spaces stay in the metric."""
+    column = str(column)
+    short = re.search(r" \(≤\d+-word answers\)$", column)
+    head, tail = (column[: short.start()], short[0]) if short else (column, "")
+    dataset, _, metric = head.rpartition(" ")
+    return dataset, metric + tail
+
+
+def answer_recall_metrics(columns: Iterable[str]) -> list[str]:
+    """The per-question keys of a table's answer-recall columns, in order: `ar@100` for
+    `"{dataset} AR@100"`, `ar@100_short5` for `"{dataset} AR@100 (≤5-word answers)"`
+    (`analysis.per_question.question_score` scores both); each once."""
+    out: list[str] = []
+    for column in columns:
+        metric = split_column(column)[1]
+        short = SHORT_LABEL.match(metric)
+        base = short["metric"] if short else metric
+        if not re.fullmatch(r"AR@\d+", base):
+            continue
+        key = f"ar@{base[3:]}"
+        key = short_key(key, int(short["words"])) if short else key
+        if key not in out:
+            out.append(key)
+    return out
+
+
 def column_label(column: str) -> str:
     """A table column `"{dataset} {metric}"` as shown: `"squad-open recall@5"` -> `"SQuAD-open
     R@5"`; `Avg` columns keep `Avg`."""
-    dataset, _, metric = str(column).rpartition(" ")
+    dataset, metric = split_column(column)
     if not dataset:
         return metric_label(metric)
     return f"{dataset if dataset == 'Avg' else dataset_label(dataset)} {metric_label(metric)}"

@@ -13,13 +13,14 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from densex.report.naming import GAIN, column_label, labelled
+from densex.report.naming import GAIN, column_label, labelled, split_column
 from densex.report.pivot import RESULT_FIELDS, cell_key, duplicate_cell, pivot_axes
 from densex.report.table2_metrics import (
     Metrics,
     datasets_of,
     full_metrics,
     metrics_legend,
+    short_answer_legend,
     table2_metrics,
 )
 from densex.utils.io import DataError, atomic_open, read_jsonl
@@ -165,7 +166,7 @@ def display_columns(table: Sequence[dict[str, Any]]) -> list[str]:
     """Metric columns to show: the `Avg` columns only when there is more than one dataset to
     average (the CSV keeps them all)."""
     cols = metric_columns(table)
-    datasets = {c.rsplit(" ", 1)[0] for c in cols if not c.startswith("Avg ")}
+    datasets = {split_column(c)[0] for c in cols if not c.startswith("Avg ")}
     return [c for c in cols if len(datasets) > 1 or not c.startswith("Avg ")]
 
 
@@ -271,7 +272,8 @@ def write_table2(
         if extra:
             f.write(
                 "\nAnswer recall within the first l retrieved words (AR@l, %: an answer string"
-                " in the first l words of the retrieved units, in rank order).\n\n"
+                " in the first l words of the retrieved units, in rank order)"
+                f"{short_answer_legend(rows)}.\n\n"
             )
             f.write(table2_markdown(full, marks, extra))
         if notes:

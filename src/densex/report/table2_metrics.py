@@ -13,6 +13,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from densex.qa.short_answers import short_key
+from densex.report.naming import dataset_label, metric_label
+
 __all__ = [
     "ANSWER_RECALL_WORDS",
     "GOLD_METRICS",
@@ -20,6 +23,8 @@ __all__ = [
     "datasets_of",
     "full_metrics",
     "metrics_legend",
+    "short_answer_columns",
+    "short_answer_legend",
     "table2_metrics",
 ]
 
@@ -100,10 +105,49 @@ def full_metrics(
             out[d] = [(f"R@{k}", f"recall@{k}") for k in ks] + [
                 (f"AR@{w}", f"answer_recall@{w}") for w in ls
             ]
+            out[d] += short_answer_columns(drows, words)
         else:
             gold = [(f"gR@{k}", f"gold_recall@{k}") for k in _cutoffs(drows, "gold_recall@")]
             out[d] = [*GOLD_METRICS, *gold]
     return out
+
+
+def _short_words(rows: Sequence[dict[str, Any]]) -> int | None:
+    """The `short_answer_words` N all `rows` share (None: not computed, or not the same)."""
+    ns = {r.get("short_answer_words") for r in rows}
+    return int(ns.pop()) if len(ns) == 1 and None not in ns else None
+
+
+def short_answer_columns(
+    rows: Sequence[dict[str, Any]], words: Sequence[int] = ANSWER_RECALL_WORDS
+) -> list[tuple[str, str]]:
+    """One dataset's `(label, key)` pairs of answer recall at `words` on its questions with a
+    short answer (`qa.short_answers`: `("AR@100 (≤5-word answers)",
+    "answer_recall@100_short5")`), where every row has it (from the row: no curve is kept)."""
+    n = _short_words(rows)
+    if n is None:
+        return []
+    keys = [short_key(f"answer_recall@{w}", n) for w in words]
+    return [(metric_label(k), k) for k in keys if all(k in r for r in rows)]
+
+
+def short_answer_legend(rows: Sequence[dict[str, Any]]) -> str:
+    """What the `(≤N-word answers)` columns count, per dataset, for the answer-recall table's
+    first line ("" when no dataset has them)."""
+    parts = []
+    for d, drows in datasets_of(rows).items():
+        n = _short_words(drows)
+        if n is None or not short_answer_columns(drows):
+            continue
+        kept, total = drows[0].get("n_short_answer_questions"), drows[0].get("n_questions")
+        count = f", {kept:,} of {total:,} questions" if kept is not None and total else ""
+        parts.append(f"{dataset_label(d)}: N = {n}{count}")
+    if not parts:
+        return ""
+    return (
+        "; AR@l (≤N-word answers): the same on the questions whose shortest answer has at"
+        f" most N words ({'; '.join(parts)})"
+    )
 
 
 def _cutoffs(rows: Sequence[dict[str, Any]], prefix: str) -> list[int]:

@@ -12,6 +12,10 @@ Ties are broken by row id (smaller first) for units and passages. The strict che
 that hold across the fetch boundary too: a passage tied with s_n may own an unfetched unit of
 equal score, so it is never trusted. Results thus do not depend on the order in which an index
 returns equal scores.
+
+`rank_units` and `max_over_units` define the step for one query; `retrieve_passages` runs it a
+block of queries at a time in numpy (`settle_block`: nothing per unit in Python, ~10x faster on
+a CPU), a query whose fetched units tie in score going through the two functions themselves.
 """
 
 from __future__ import annotations
@@ -29,6 +33,8 @@ log = get_logger(__name__)
 
 # queries encoded and searched per call: progress shows between chunks, memory stays bounded
 QUERY_CHUNK = 512
+# fetched units ranked and turned into passages together (`settle_block`): queries x n
+SETTLE_CELLS = 1 << 19
 
 
 @runtime_checkable
@@ -88,6 +94,55 @@ def max_over_units(
     return prow[order], pscore[order]
 
 
+def first_units(ranked_rows: np.ndarray, unit_passage_rows: np.ndarray) -> np.ndarray:
+    """Per query of a block (unit rows best first, -1 = empty slot), whether each unit is its
+    passage's first, i.e. best, in that order: one sort of (passage, rank) keys per block."""
+    n = ranked_rows.shape[1]
+    valid = ranked_rows >= 0
+    prow = np.where(valid, unit_passage_rows[np.where(valid, ranked_rows, 0)], -1)
+    key = np.sort(prow * n + np.arange(n), axis=1)  # by passage, then rank
+    same = np.zeros(key.shape, dtype=bool)
+    same[:, 1:] = key[:, 1:] // n == key[:, :-1] // n
+    first = np.zeros(key.shape, dtype=bool)
+    np.put_along_axis(first, key % n, ~same, axis=1)
+    return first & valid
+
+
+def settle_block(
+    scores: np.ndarray, rows: np.ndarray, unit_passage_rows: np.ndarray, k: int, n: int,
+    ntotal: int,
+) -> list[Retrieval | None]:  # fmt: skip
+    """`rank_units` then `max_over_units` for a block of queries' top-`n` units, ranked and
+    grouped by passage in numpy (`first_units`; a query whose units tie in score goes through
+    the two functions themselves): per query its `Retrieval`, or None when its top-k passages
+    are not settled yet (fewer than k, or the k-th not strictly above the last unit fetched)
+    and the index may hold more (n < `ntotal` and n units came back). The same rows, scores
+    and ties as the two functions one query at a time."""
+    rows = np.asarray(rows, dtype=np.int64)
+    scores = np.where(rows >= 0, np.asarray(scores, dtype=np.float32), np.float32(-np.inf))
+    order = np.argsort(-scores, axis=1, kind="stable")  # empty slots (-inf) last
+    us, ur = np.take_along_axis(scores, order, 1), np.take_along_axis(rows, order, 1)
+    valid = ur >= 0
+    count = valid.sum(axis=1)
+    # without ties the score order is the (score, row) order and passages' scores are distinct
+    tied = ((us[:, 1:] == us[:, :-1]) & valid[:, 1:]).any(axis=1)
+    first = first_units(ur, unit_passage_rows)
+    out: list[Retrieval | None] = []
+    for j in range(len(rows)):
+        c = int(count[j])
+        if tied[j]:
+            u_s, u_r = rank_units(us[j, :c], ur[j, :c])
+            p_r, p_s = max_over_units(u_s, u_r, unit_passage_rows, k)
+        else:
+            u_s, u_r = us[j, :c].copy(), ur[j, :c].copy()
+            best = np.flatnonzero(first[j, :c])[:k]
+            p_r, p_s = unit_passage_rows[u_r[best]].astype(np.int64), u_s[best]
+        settled = len(p_r) >= k and p_s[k - 1] > u_s[-1]
+        exhausted = n >= ntotal or c < n
+        out.append(Retrieval(p_r, p_s, u_r, u_s) if settled or exhausted else None)
+    return out
+
+
 def search_chunked(
     searcher: UnitSearcher, queries: Sequence[str], n: int, chunk: int = QUERY_CHUNK
 ) -> tuple[np.ndarray, np.ndarray]:
@@ -136,15 +191,15 @@ def retrieve_passages(
     while pending and n > 0:
         scores, rows = search_chunked(searcher, [queries[i] for i in pending], n)
         still = []
-        for j, qi in enumerate(pending):
-            us, ur = rank_units(np.asarray(scores[j]), np.asarray(rows[j]))
-            prow, pscore = max_over_units(us, ur, unit_passage_rows, k)
-            exhausted = n >= ntotal or len(ur) < n
-            settled = len(prow) >= k and pscore[k - 1] > us[-1]
-            if settled or exhausted:
-                results[qi] = Retrieval(prow, pscore, ur, us)
-            else:
-                still.append(qi)
+        chunk = max(1, SETTLE_CELLS // n)  # bounded [chunk, n] temporaries
+        for start in range(0, len(pending), chunk):
+            block = slice(start, start + chunk)
+            found = settle_block(scores[block], rows[block], unit_passage_rows, k, n, ntotal)
+            for qi, r in zip(pending[block], found):
+                if r is None:
+                    still.append(qi)
+                else:
+                    results[qi] = r
         pending = still
         n = min(2 * n, ntotal)
     empty = Retrieval(

@@ -48,14 +48,24 @@ def cell_keys(cfg: DictConfig) -> dict[str, Any]:
         name = node.get("name") if isinstance(node, DictConfig) else None
         keys[group] = choices.get(group) or name or (node if isinstance(node, str) else None)
     keys["budget"] = cfg.get("budget")
-    retriever = cfg.get("retriever")
-    if isinstance(retriever, DictConfig) and retriever.get("late_chunking"):
-        # late chunking: a cell of its own (`sentence-late`; a context other than the
-        # passage named too: `sentence-late-section`)
-        context = str(retriever.get("late_context") or "passage")
-        suffix = "-late" if context == "passage" else f"-late-{context}"
-        keys["granularity"] = f"{keys['granularity']}{suffix}"
+    if late_suffix(cfg.get("retriever")):  # granularity=sentence-late or the retriever key
+        keys["granularity"] = granularity_name(cfg)
     return keys
+
+
+def late_suffix(retriever: Any) -> str:
+    """How late chunking names a cell's units: `-late` (a context other than the passage
+    named too: `-late-section`) for a retriever node with `late_chunking`, else ""."""
+    if not (isinstance(retriever, DictConfig) and retriever.get("late_chunking")):
+        return ""
+    context = str(retriever.get("late_context") or "passage")
+    return "-late" if context == "passage" else f"-late-{context}"
+
+
+def granularity_name(cfg: DictConfig) -> str:
+    """The granularity a cell searches, as results and the explorer name it: the group's
+    `name`, with `late_suffix` (`sentence-late`: a cell of its own)."""
+    return f"{cfg.granularity.name}{late_suffix(cfg.get('retriever'))}"
 
 
 @dataclass
@@ -113,6 +123,16 @@ def load_questions(cfg: DictConfig) -> tuple[list[dict], dict[str, Any]]:
     return questions, info
 
 
+def first_fetch(cell: Cell, k: int, need_words: int) -> int:
+    """The units a cell's search fetches first for top-`k` passages: sized by units per
+    passage, so fine-grained indexes rarely need a second search, and by the words QA reads
+    (`need_words`), so coarse units with a small k need none either."""
+    ratio = int(np.ceil(len(cell.units) / max(1, len(cell.passages))))
+    words = cell.unit_words
+    avg_words = max(1.0, float(words.mean())) if len(words) else 1.0
+    return max(k * ratio + 1, int(np.ceil(need_words / avg_words)) + 1)
+
+
 def search_cell(
     cfg: DictConfig, cell: Cell, questions: list[dict], k: int, times: dict[str, float]
 ) -> list[Any]:
@@ -125,17 +145,12 @@ def search_cell(
                         f"the index has {searcher.ntotal} units, the units file {len(cell.units)}")  # fmt: skip
     # the QA metrics read this many words of ranked units
     need_words = max(int(cfg.budget), int(cfg.get("recall_curve_max_words", 500)))
-    # first fetch sized by units per passage, so fine-grained indexes rarely need a second
-    # search, and by the words QA reads, so coarse units with a small topk need none either
-    ratio = int(np.ceil(len(cell.units) / max(1, len(cell.passages))))
-    words = cell.unit_words
-    avg_words = max(1.0, float(words.mean())) if len(words) else 1.0
-    n_start = max(k * ratio + 1, int(np.ceil(need_words / avg_words)) + 1)
     queries = [q["question"] for q in questions]
-    rows = cell.unit_passage_rows
+    rows, words = cell.unit_passage_rows, cell.unit_words
     if is_rrf(cfg):
         results = fused_retrieval(cfg, searcher, queries, rows, words, k, need_words)
     else:
+        n_start = first_fetch(cell, k, need_words)
         results = retrieve_passages(searcher, queries, rows, k, n_start=n_start)
         fetch_units_for_words(searcher, queries, results, words, need_words)
     times["search"] = time.perf_counter() - t0

@@ -43,8 +43,9 @@ def cell_gold_metrics(cfg, passages, questions, results, topk, per_q) -> dict[st
 def cell_qa_metrics(
     cfg: DictConfig, cell: Cell, questions, results, out_dir: Path, per_q
 ) -> dict[str, Any]:
-    """Answer recall by words and (with a reader) EM@budget over each question's ranked units;
-    only the units within the words QA reads are fetched."""
+    """Answer recall by words and (with a reader) EM@budget over each question's ranked units,
+    also on the short-answer questions (`dataset.short_answer_words`); only the units within
+    the words QA reads are fetched."""
 
     budget, max_words = int(cfg.budget), int(cfg.get("recall_curve_max_words", 500))
     need = max(budget, max_words)
@@ -63,5 +64,6 @@ def cell_qa_metrics(
         out_dir,
         match_type=str(cfg.dataset.match),
         per_question=per_q,
+        short_answer_words=dataset_spec(cfg.dataset).short_answer_words,
     )
     return qa or {}

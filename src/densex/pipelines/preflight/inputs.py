@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +25,8 @@ from omegaconf import DictConfig
 from densex.corpus.collection_rows import source_format
 from densex.corpus.readers import Skips
 from densex.corpus.sources import first_unit_rows, source_kind, source_rows, unit_sources
-from densex.corpus.spec import CorpusSpec
+from densex.corpus.spec import CorpusSpec, TitleFilterSpec
+from densex.corpus.titles import read_titles
 from densex.corpus.units_key import wanted_granularities
 from densex.data.qrels import load_dataset_qrels
 from densex.data.questions import has_answer_strings, load_dataset_questions
@@ -90,7 +92,8 @@ def _check_passages(corpus: CorpusSpec, skips: Skips) -> dict[str, str]:
             return {key: hf_dataset_source(str(src), key)}
     else:
         key, src = "corpus.passages", corpus.passages
-    first_rows(source_rows(corpus, skips), key, src)
+    # the reader's first rows; the title filter's lists are `check_titles`' (their own keys)
+    first_rows(source_rows(replace(corpus, titles=TitleFilterSpec()), skips), key, src)
     return {key: str(src)}
 
 
@@ -107,6 +110,22 @@ def _check_units(granularity: str, source: Any, skips: Skips) -> dict[str, str]:
     return {key: src}
 
 
+def check_titles(spec: TitleFilterSpec, label: str) -> dict[str, str]:
+    """A title filter's lists (`corpus.titles`, `dataset.titles`: small files, read whole by
+    the stage's reader, `corpus.titles.read_titles`); a missing file or a bad entry is a
+    `PreflightError` naming the file and the key. Returns `{key: file}` for those in files."""
+    out: dict[str, str] = {}
+    for side in ("include", "exclude"):
+        value, key = getattr(spec, side), f"{label}.{side}"
+        try:
+            read_titles(value, key)
+        except DataError as e:
+            raise PreflightError(str(e)) from None
+        if value is not None and not isinstance(value, (list, tuple)):
+            out[key] = str(value)
+    return out
+
+
 def check_corpus(cfg: DictConfig, entry: str) -> dict[str, str]:
     """The corpus inputs of index/evaluate (collections, passages or documents, propositions),
     each read on its first rows by the units stage's reader with the corpus's `on_error`."""
@@ -114,6 +133,7 @@ def check_corpus(cfg: DictConfig, entry: str) -> dict[str, str]:
     skips = Skips(str(corpus.on_error or "raise"))
     wanted = list(wanted_granularities(corpus))
     out = _check_passages(corpus, skips)
+    out.update(check_titles(corpus.titles, "corpus.titles"))
     from_file = str((cfg.get("propositionizer") or {}).get("type", "file")) == "file"
     units = unit_sources(corpus, wanted)
     for g, source in units.items():
@@ -146,6 +166,14 @@ def check_dataset(dataset: DictConfig, limit: Any = None) -> int:
         )
     with reader_errors("dataset", f"dataset={dataset.get('name')}"):
         spec = dataset_spec(dataset)
+    check_titles(spec.titles, "dataset.titles")
+    filtered = spec.titles.include is not None or spec.titles.exclude is not None
+    if filtered and not Path(os.path.expanduser(str(spec.articles))).is_file():
+        raise PreflightError(
+            f"dataset.articles={spec.articles}: file not found (the SQuAD JSON that maps"
+            f" dataset={spec.name}'s questions to the articles dataset.titles keeps)"
+        )
+    with reader_errors("dataset", f"dataset={dataset.get('name')}"):
         questions = load_dataset_questions(
             spec, limit=int(limit) if limit else None, skips=Skips(str(spec.on_error or "raise"))
         )

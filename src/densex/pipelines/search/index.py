@@ -35,7 +35,7 @@ from omegaconf import DictConfig
 
 from densex.metrics.answers import has_answer
 from densex.pipelines.edge import cache_spec
-from densex.pipelines.evaluate.cell import Cell, load_questions, open_cell
+from densex.pipelines.evaluate.cell import Cell, granularity_name, load_questions, open_cell
 from densex.pipelines.evaluate.fusion import fused_retrieval, is_rrf
 from densex.pipelines.preflight.run import preflight
 from densex.pipelines.search.compose import compose_configs
@@ -56,7 +56,7 @@ class GranularityIndex:
 
     def __init__(self, cfg: DictConfig, cell: Cell) -> None:
         self.cfg, self.cell = cfg, cell
-        self.granularity = str(cfg.granularity.name)
+        self.granularity = granularity_name(cfg)  # `sentence-late` apart from `sentence`
         self.retriever = str(cfg.retriever.name)
         self._ratio = int(np.ceil(len(cell.units) / max(1, len(cell.passages))))
 
