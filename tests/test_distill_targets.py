@@ -74,3 +74,92 @@ def test_a_student_row_of_another_corpus_is_located(squad_open, tmp_path):
     with pytest.raises(DataError, match=r"student\.jsonl:2: field 'id': 'Nowhere#0-0'"):
         _script("distill_targets").distill_targets(squad_open / "propositions.jsonl", student, out)
     assert list(tmp_path.iterdir()) == [student]  # nothing written, no temporary file left
+
+
+# --- both sources: HELD/train of data=squad-sources ------------------------------------------
+
+
+@pytest.fixture
+def held_two(tmp_path: Path) -> tuple[Path, list]:
+    """`heldout_split --with-train` of two small sources split as the experiment's are (one
+    with test articles, one with validation articles), in `tmp_path / "HELD"`."""
+    from densex.propositionizer.sources import PairSource
+
+    sources = []
+    for name, val, test in (("open", 0.0, 0.3), ("train", 0.3, 0.0)):
+        rows = [{"id": f"{name}-{t}#{k}", "title": f"{name} {t}", "text": f"Fact {k} of {t}."}
+                for t in range(5) for k in range(2)]  # fmt: skip
+        props = [{"id": r["id"], "propositions": [r["text"], "More."]} for r in rows]
+        for file, lines in (("passages", rows), ("propositions", props)):
+            (tmp_path / f"{name}-{file}.jsonl").write_text(
+                "".join(json.dumps(x) + "\n" for x in lines))  # fmt: skip
+        sources.append(PairSource(name, str(tmp_path / f"{name}-passages.jsonl"),
+                                  str(tmp_path / f"{name}-propositions.jsonl"),
+                                  val_fraction=val, test_fraction=test))  # fmt: skip
+    _script("heldout_split").heldout_split(sources, tmp_path / "HELD", with_train=True)
+    return tmp_path / "HELD", sources
+
+
+def _student(path: Path, rows: list[dict]) -> dict[str, list[str]]:
+    """A model's propositions for `rows` (reversed order, text changed), written to `path`."""
+    mine = {r["id"]: [p.upper() for p in r["propositions"][:1]] for r in rows}
+    path.write_text("".join(json.dumps({"id": i, "propositions": v}) + "\n"
+                            for i, v in reversed(mine.items())))  # fmt: skip
+    return mine
+
+
+def test_the_training_articles_of_every_source_get_the_students_targets(held_two, tmp_path):
+    held, sources = held_two
+    mine = _student(tmp_path / "student.jsonl", _rows(held / "train" / "propositions.jsonl"))
+    out = tmp_path / "DISTILL"
+    distill = _script("distill_targets")
+    counts = distill.distill_held(held, tmp_path / "student.jsonl", out)
+    held_out = {r["id"] for s in ("validation", "test") for r in _rows(held / s / "passages.jsonl")}
+    for s in sources:
+        before = _rows(Path(s.propositions))
+        after = _rows(out / s.name / "propositions.jsonl")
+        replaced = [r["id"] for r in before if r["id"] in mine]
+        assert counts[s.name] == {"rows": len(before), "replaced": len(replaced)} and replaced
+        assert [r["id"] for r in after] == [r["id"] for r in before]  # the teacher's order
+        for old, new in zip(before, after):
+            assert new == {**old, "propositions": mine.get(old["id"], old["propositions"])}
+        assert {r["id"] for r in before} & held_out  # each source keeps held-out passages...
+    assert not held_out & set(mine)  # ...with the teacher's propositions
+    assert sum(c["replaced"] for c in counts.values()) == len(mine)
+    assert distill.train_overrides(held, out) == [
+        f"data.sources.0.propositions={out}/open/propositions.jsonl",
+        f"data.sources.1.propositions={out}/train/propositions.jsonl",
+    ]
+
+
+def test_a_student_row_of_a_held_out_passage_is_located_and_nothing_written(held_two, tmp_path):
+    held, _ = held_two
+    rows = _rows(held / "train" / "propositions.jsonl")[:3] + _rows(
+        held / "validation" / "propositions.jsonl")[:1]  # fmt: skip
+    _student(tmp_path / "student.jsonl", rows)  # reversed: the validation row is line 1
+    out = tmp_path / "DISTILL"
+    with pytest.raises(DataError, match=rf"student\.jsonl:1: field 'id': '{rows[-1]['id']}' is "
+                       r"not in .*HELD/train/passages\.jsonl \(the training articles\)"):  # fmt: skip
+        _script("distill_targets").distill_held(held, tmp_path / "student.jsonl", out)
+    assert not out.exists()
+
+
+def test_a_split_without_its_training_articles_says_how_to_write_them(held_two, tmp_path):
+    held, _ = held_two
+    (held / "train" / "passages.jsonl").unlink()
+    _student(tmp_path / "student.jsonl", [])
+    with pytest.raises(DataError, match=r"heldout_split\.py --out HELD --with-train"):
+        _script("distill_targets").distill_held(held, tmp_path / "student.jsonl", tmp_path / "o")
+
+
+def test_the_command_line_takes_held_and_prints_the_train_overrides(held_two, tmp_path,
+                                                                     monkeypatch, capsys):  # fmt: skip
+    held, _ = held_two
+    _student(tmp_path / "student.jsonl", _rows(held / "train" / "propositions.jsonl"))
+    argv = ["distill_targets.py", "--held", str(held), "--student",
+            str(tmp_path / "student.jsonl"), "--out", str(tmp_path / "DISTILL")]  # fmt: skip
+    monkeypatch.setattr("sys.argv", argv)
+    _script("distill_targets").main()
+    counts, command = capsys.readouterr().out.splitlines()
+    assert set(json.loads(counts)) == {"open", "train"}
+    assert command.startswith("train.py data.sources.0.propositions=")

@@ -3,6 +3,7 @@ config key, the hub id and the override; the grid of a sweep is checked and size
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -11,6 +12,7 @@ import pytest
 
 from densex.pipelines.preflight.grid import grid_overrides
 from densex.pipelines.preflight.hub import PreflightError
+from densex.pipelines.preflight.inputs import check_train_data
 from densex.pipelines.preflight.run import preflight
 from densex.pipelines.preflight.sizes import estimate_cell_bytes
 from helpers.config import compose_config
@@ -184,3 +186,113 @@ def test_a_copy_student_rule_on_another_model_names_the_key(repo_root, tiny_t5, 
     cfg = _cfg(repo_root, "evaluate", *generate, "propositionizer=model",
                f"propositionizer.model={student}", f"propositionizer.{rule}")  # fmt: skip
     assert preflight(cfg, "evaluate")["models"]["propositionizer.model"] == "local"
+
+
+def _write_jsonl(path, rows):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+def _source_files(root, name, titles, squad_json):
+    """Two passages and their propositions per title, one question per title, in the layout
+    of conf/data/squad-sources.yaml under `root` (paths.data_dir)."""
+    passages = [{"id": f"{t}#{k}", "title": t, "text": f"{t} has the fact {k}."}
+                for t in titles for k in range(2)]  # fmt: skip
+    _write_jsonl(root / name / "passages.jsonl", passages)
+    _write_jsonl(root / name / "propositions.jsonl",
+                 [{"id": p["id"], "propositions": [p["text"]]} for p in passages])  # fmt: skip
+    _write_jsonl(root / name / "questions.jsonl",
+                 [{"id": t, "question": f"what of {t}?", "answers": ["fact"]} for t in titles])  # fmt: skip
+    (root / name / squad_json).write_text(json.dumps({"data": []}))
+
+
+@pytest.fixture
+def sources_data(tmp_path):
+    """A paths.data_dir with both sources of data=squad-sources (a few small articles each),
+    and the composed `data` node that reads it."""
+    _source_files(tmp_path, "squad-open", [f"Open {k}" for k in range(6)], "squad-dev-v1.1.json")
+    _source_files(
+        tmp_path, "squad-train", [f"Train {k}" for k in range(6)], "squad-train-v1.1.json"
+    )
+
+    def data(*overrides):
+        return compose_config("train", "data=squad-sources", f"paths.data_dir={tmp_path}",
+                              *overrides).data  # fmt: skip
+
+    return tmp_path, data
+
+
+def test_sources_pass_preflight_and_name_each_file(sources_data):
+    root, data = sources_data
+    inputs = check_train_data(data())
+    assert inputs["data.sources[1].propositions"] == str(root / "squad-train/propositions.jsonl")
+    assert inputs["data.sources[0].questions"] == str(root / "squad-open/questions.jsonl")
+    assert len(inputs) == 8  # passages, propositions, squad_json, questions of each source
+
+
+@pytest.mark.parametrize(
+    ("file", "key"),
+    [
+        ("squad-train/propositions.jsonl", "data.sources[1].propositions"),
+        ("squad-open/passages.jsonl", "data.sources[0].passages"),
+        ("squad-train/squad-train-v1.1.json", "data.sources[1].squad_json"),
+        ("squad-open/questions.jsonl", "data.sources[0].questions"),
+    ],
+)
+def test_a_missing_source_file_names_the_file_and_its_key(sources_data, file, key):
+    root, data = sources_data
+    (root / file).unlink()
+    with pytest.raises(PreflightError) as e:
+        check_train_data(data())
+    assert str(e.value) == f"{root / file}: file not found ({key})"
+
+
+@pytest.mark.parametrize(
+    ("file", "line", "key", "message"),
+    [
+        ("squad-train/passages.jsonl", '{"id": "Train 9#0", "title": "Train 9"}',
+         "data.sources[1].passages", "field 'text': missing"),
+        ("squad-open/propositions.jsonl", '{"id": "Open 1#0", "propositions": []}',
+         "data.sources[0].propositions", "field 'propositions': empty list of propositions"),
+    ],
+)  # fmt: skip
+def test_a_bad_source_row_is_located_by_file_line_and_field(sources_data, file, line, key,
+                                                            message):  # fmt: skip
+    """The row replaces the file's third line: the reader's located message, then the key."""
+    root, data = sources_data
+    rows = (root / file).read_text().splitlines()
+    rows[2] = line
+    (root / file).write_text("\n".join(rows) + "\n")
+    with pytest.raises(PreflightError) as e:
+        check_train_data(data())
+    assert str(e.value) == f"{root / file}:3: {message} ({key})"
+
+
+def test_the_sources_split_is_checked_as_the_data_module_makes_it(sources_data):
+    root, data = sources_data
+    with pytest.raises(PreflightError, match=r"data\.train_articles=99: .* has 10 articles"):
+        check_train_data(data("data.train_articles=99"))
+    with pytest.raises(PreflightError, match=r"data\.val_fraction=0\.1: null with data\.format"):
+        check_train_data(data("data.val_fraction=0.1"))
+    with pytest.raises(PreflightError, match=r"data\.sources\[1\]: .*'nme'"):
+        check_train_data(data("+data.sources.1.nme=x"))
+    shared = root / "squad-open" / "passages.jsonl"  # an article of both sources
+    shared.write_text(shared.read_text().replace("Open 5", "Train 5"))
+    (root / "squad-open/propositions.jsonl").write_text(
+        (root / "squad-open/propositions.jsonl").read_text().replace("Open 5", "Train 5")
+    )
+    with pytest.raises(
+        PreflightError, match=r"article 'Train 5' is in 'squad-open' and 'squad-train'"
+    ):
+        check_train_data(data())
+
+
+def test_the_train_entry_checks_the_sources_before_its_model(repo_root, sources_data):
+    root, _ = sources_data
+    (root / "squad-train" / "propositions.jsonl").unlink()
+    cfg = _cfg(repo_root, "train", "experiment=propositionizer-copy-cpu",
+               f"paths.data_dir={root}")  # fmt: skip
+    with pytest.raises(
+        PreflightError, match=r"file not found \(data\.sources\[1\]\.propositions\)"
+    ):
+        preflight(cfg, "train")

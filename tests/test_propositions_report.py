@@ -277,3 +277,117 @@ def test_val_fraction_comes_from_the_trained_models_export(tmp_path):
     (export / "manifest.json").write_text(json.dumps({"config": {"data": data}}))
     task.val_fraction = None
     assert resolve_val_fraction(task, model) == ((0.1, 0.1), str(export / "manifest.json"))
+
+
+# --- a model trained on data.sources: the training's own per-source split --------------------
+
+
+def _export(tmp_path: Path, data: dict):
+    """A trained model's export as the report reads it (`manifest.json`'s `config.data`)."""
+    from omegaconf import OmegaConf
+
+    export = tmp_path / "hf_model"
+    export.mkdir(exist_ok=True)
+    (export / "manifest.json").write_text(json.dumps({"config": {"data": data}}))
+    return OmegaConf.create({"type": "model", "model": str(export)})
+
+
+def _small_sources(root: Path):
+    """Two sources of five articles (two passages each), split as a test source and a
+    validation source: `PairSource`s and the corpus of both (source then file order)."""
+    from densex.propositionizer.sources import PairSource
+
+    sources, corpus = [], []
+    for name, val, test in (("one", 0.0, 0.3), ("two", 0.3, 0.0)):
+        rows = [{"id": f"{name}-{t}#{k}", "title": f"{name} {t}", "text": f"Fact {k} of {t}."}
+                for t in range(5) for k in range(2)]  # fmt: skip
+        for file, lines in (("passages", rows), ("propositions", [
+                {"id": r["id"], "propositions": [r["text"]]} for r in rows])):  # fmt: skip
+            (root / f"{name}-{file}.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+        sources.append(PairSource(name, str(root / f"{name}-passages.jsonl"),
+                                  str(root / f"{name}-propositions.jsonl"),
+                                  val_fraction=val, test_fraction=test))  # fmt: skip
+        corpus += rows
+    return sources, corpus
+
+
+def _sources_data(sources, train_articles=None) -> dict:
+    from dataclasses import asdict
+
+    return {"format": "sources", "val_fraction": None, "test_fraction": None,
+            "train_articles": train_articles, "sources": [asdict(s) for s in sources]}  # fmt: skip
+
+
+def test_a_sources_models_subsets_are_its_training_splits(tmp_path):
+    """task.subset on a model trained on data.sources (data.val_fraction null): the passages
+    of the articles read_sources put in that split (first_articles for data.train_articles)."""
+    from omegaconf import OmegaConf
+
+    from densex.pipelines.propositions.subset import resolve_subset_rule, select_passages
+    from densex.propositionizer.sources import first_articles, read_sources
+
+    sources, corpus = _small_sources(tmp_path)
+    model = _export(tmp_path, _sources_data(sources, train_articles=3))
+    task = OmegaConf.create({"subset": "validation", "val_fraction": None, "test_fraction": None})
+    rule = resolve_subset_rule(task, model)
+    splits = read_sources(sources)
+    want = {"validation": splits.validation, "test": splits.test,
+            "train": first_articles(splits.train, 3)}  # fmt: skip
+    for subset, pairs in want.items():
+        got = select_passages(corpus, subset, rule, None)
+        assert [p["id"] for p in got] == [p["id"] for p in pairs] and got, subset
+    assert {p["title"].split()[0] for p in want["validation"]} == {"two"}
+    assert {p["title"].split()[0] for p in want["test"]} == {"one"}
+    assert len({p["title"] for p in want["train"]}) == 3
+    assert rule.described == {"one": [0.0, 0.3], "two": [0.3, 0.0]}
+    assert rule.origin.startswith(str(tmp_path / "hf_model" / "manifest.json"))
+    task.val_fraction = 0.2  # the fractions asked for: over the corpus's own titles
+    fractions = resolve_subset_rule(task, model)
+    assert not fractions.sources and fractions.fractions == (0.2, 0.0)
+    assert fractions.origin == "task.val_fraction"
+
+
+def test_a_sources_model_without_its_files_or_articles_points_to_heldout_split(tmp_path):
+    from omegaconf import OmegaConf
+
+    from densex.pipelines.propositions.subset import resolve_subset_rule, select_passages
+
+    sources, corpus = _small_sources(tmp_path)
+    model = _export(tmp_path, _sources_data(sources))
+    task = OmegaConf.create({"subset": "validation", "val_fraction": None})
+    rule = resolve_subset_rule(task, model)
+    outside = [p for p in corpus if p["title"].startswith("one")]  # no validation article
+    with pytest.raises(ValueError, match=r"none of the corpus's 10 passages .* validation "
+                       r"articles .*heldout_split\.py --out HELD\) .*HELD/validation/passages"):  # fmt: skip
+        select_passages(outside, "validation", rule, None)
+    assert len(select_passages(outside, "all", rule, 4)) == 4  # all: no split read
+    Path(sources[1].propositions).unlink()  # trained elsewhere: its files are not here
+    with pytest.raises(ValueError) as e:
+        select_passages(corpus, "train", rule, None)
+    msg = str(e.value)
+    assert f"its file {sources[1].propositions} is not here" in msg
+    assert "scripts/heldout_split.py --out HELD --with-train" in msg
+    assert "corpus.passages=HELD/train/passages.jsonl" in msg and "task.subset=all" in msg
+
+
+def test_report_on_a_sources_model_reads_its_split(repo_root, two_articles, minilm_path, tmp_path):
+    """End to end, a model trained on experiment=propositionizer-copy-cpu (data=squad-sources,
+    the shared files): its test articles are squad-open's five, 1973_oil_crisis among them;
+    it validated on squad-train's articles only, which this corpus lacks."""
+    from omegaconf import OmegaConf
+
+    from densex.pipelines.evaluate.run import run
+
+    trained = compose_config("train", "experiment=propositionizer-copy-cpu").data
+    model = _export(tmp_path, OmegaConf.to_container(trained, resolve=True))
+    args = ("propositionizer=model", f"propositionizer.model={model.model}",
+            f"task.predictions={two_articles['Q']}", "task.baselines=[]")  # fmt: skip
+    out = tmp_path / "run"
+    assert run(_report_cfg(repo_root, two_articles, out, *args, "task.subset=test")) == (
+        pytest.approx(1.0, abs=1e-4)
+    )
+    summary = json.loads((out / "propositions_report.json").read_text())
+    assert summary["n_evaluated"] == 4 and summary["n_articles"] == 1  # VAL_ARTICLE's
+    assert summary["val_fraction"] == {"squad-open": [0.0, 0.1], "squad-train": [0.15, 0.0]}
+    with pytest.raises(ValueError, match=r"HELD/validation/passages\.jsonl"):
+        run(_report_cfg(repo_root, two_articles, tmp_path / "r2", *args))

@@ -46,7 +46,7 @@ PLACEHOLDERS = {
     "DIR": "a folder the reader names: a dataset on disk, or a paths.cache_dir",
     "CACHE": "a paths.cache_dir",
     "SQ": "the folder of several sweeps (hydra.sweep.dir=SQ/<name>)",
-    "DISTILL": "scripts/distill_targets.py --out DISTILL/propositions.jsonl",
+    "DISTILL": "scripts/distill_targets.py --held HELD --out DISTILL (DISTILL/<source>/...)",
     "SHORTLIST": "python scripts/copy_shortlist.py --out SHORTLIST",
     "PASSAGES": "a pyserini JSONL file or folder of passages",
     "PROPOSITIONS": "a pyserini JSONL file or folder of propositions",

@@ -66,7 +66,8 @@ class PropositionsTaskSpec:
     # fixed hash of the title: pairs.split_articles)
     subset: str = "validation"
     # the split's fraction; null = the trained model's data.val_fraction (its export's
-    # manifest.json) when known, else 0.1
+    # manifest.json) when known, else 0.1; a model trained on data.sources: each source's
+    # split, as training made it (pipelines.propositions.subset)
     val_fraction: float | None = None
     # the test articles' fraction; null = the trained model's data.test_fraction when known,
     # else 0 (a model trained before the three-way split)

@@ -34,6 +34,7 @@ __all__ = [
     "first_articles",
     "read_sources",
     "source_questions",
+    "split_sources",
 ]
 
 ORDER_SALT = "densex/train-articles/"
@@ -75,12 +76,22 @@ class SourceSplits:
 
 
 def read_sources(sources: Sequence[PairSource]) -> SourceSplits:
-    """Each source's pairs, split by its fractions; the splits concatenated in source order.
-    Two sources sharing an article title is a ValueError naming both."""
+    """Each source's pairs (`pairs.load_squad_open_pairs`: a bad row is a located
+    `DataError`), split by its fractions (`split_sources`)."""
+    return split_sources(
+        [(s, load_squad_open_pairs(s.passages, s.propositions, s.partial)) for s in sources]
+    )
+
+
+def split_sources(
+    read: Sequence[tuple[PairSource, Sequence[dict[str, Any]]]],
+) -> SourceSplits:
+    """Each source's pairs (`read`: (source, its pairs) in source order) split by its
+    fractions; the splits concatenated in source order. Two sources sharing an article title
+    is a ValueError naming both."""
     out = SourceSplits([], [], [])
     owner: dict[str, str] = {}
-    for source in sources:
-        pairs = load_squad_open_pairs(source.passages, source.propositions, source.partial)
+    for source, pairs in read:
         for title in {p["title"] for p in pairs}:
             if owner.setdefault(title, source.name) != source.name:
                 raise ValueError(

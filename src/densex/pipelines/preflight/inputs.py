@@ -32,8 +32,10 @@ from densex.data.qrels import load_dataset_qrels
 from densex.data.questions import has_answer_strings, load_dataset_questions
 from densex.pipelines.edge import corpus_spec, dataset_spec
 from densex.pipelines.preflight.hub import PreflightError, first_line, hf_dataset_source
+from densex.pipelines.train.sources import pair_sources
 from densex.propositionizer.pairs import load_hf_pairs, load_jsonl_pairs, load_squad_open_pairs
-from densex.utils.io import DataError
+from densex.propositionizer.sources import PairSource, first_articles, split_sources
+from densex.utils.io import DataError, numbered_jsonl
 
 
 @contextmanager
@@ -195,12 +197,86 @@ def _pairs(load: Any, key: str, *args: Any) -> None:
         raise PreflightError(f"{args[0]}: no training pairs ({key})")
 
 
+def _typed_sources(data: DictConfig) -> list[PairSource]:
+    """`data.sources` as the data module gets them (`pair_sources`), with the module's rule:
+    some sources, and no top-level `data.val_fraction` / `data.test_fraction`."""
+    try:
+        sources = pair_sources(data.get("sources"))
+    except ValueError as e:
+        raise PreflightError(str(e)) from None
+    if not sources:
+        raise PreflightError("data.format=sources: set data.sources (conf/data/squad-sources.yaml)")
+    for key in ("val_fraction", "test_fraction"):
+        if data.get(key) is not None:
+            raise PreflightError(
+                f"data.{key}={data.get(key)}: null with data.format=sources (each source has"
+                f" its own: data.sources[i].{key})"
+            )
+    return sources
+
+
+def _source_pairs(i: int, source: PairSource) -> list[dict[str, Any]]:
+    """Source `i`'s pairs read whole by the module's reader (`load_squad_open_pairs`, its
+    `partial`); a missing file, a bad row or no pair is a `PreflightError`: the reader's
+    located message, then the key of the file (`data.sources[i].propositions`)."""
+    keys = {str(source.passages): f"data.sources[{i}].passages",
+            str(source.propositions): f"data.sources[{i}].propositions"}  # fmt: skip
+    try:
+        pairs = load_squad_open_pairs(source.passages, source.propositions, source.partial)
+    except DataError as e:
+        raise PreflightError(f"{e} ({keys.get(e.path, f'data.sources[{i}]')})") from None
+    if not pairs:
+        raise PreflightError(f"{source.propositions}: no training pairs (data.sources[{i}])")
+    return pairs
+
+
+def _source_questions(i: int, source: PairSource) -> dict[str, str]:
+    """Source `i`'s SQuAD JSON (must exist) and questions (first row, as retrieval validation
+    reads them), when set; `{key: file}`."""
+    out: dict[str, str] = {}
+    if source.squad_json:
+        key, path = f"data.sources[{i}].squad_json", str(source.squad_json)
+        if not Path(os.path.expanduser(path)).is_file():
+            raise PreflightError(f"{path}: file not found ({key})")
+        out[key] = path
+    if source.questions:
+        key, path = f"data.sources[{i}].questions", str(source.questions)
+        first_rows(numbered_jsonl(path), key, path)
+        out[key] = path
+    return out
+
+
+def check_sources(data: DictConfig) -> dict[str, str]:
+    """`data.format=sources`: each source's files (`_source_pairs`, `_source_questions`), then
+    the split the module makes (`sources.split_sources`: no article in two sources, training
+    articles left, `data.train_articles` at most their number). Returns `{key: file}`."""
+    out: dict[str, str] = {}
+    read = []
+    for i, source in enumerate(_typed_sources(data)):
+        read.append((source, _source_pairs(i, source)))
+        out[f"data.sources[{i}].passages"] = str(source.passages)
+        out[f"data.sources[{i}].propositions"] = str(source.propositions)
+        out.update(_source_questions(i, source))
+    try:
+        train = split_sources(read).train
+        if data.get("train_articles"):
+            first_articles(train, int(data.train_articles))
+    except ValueError as e:
+        raise PreflightError(str(e)) from None
+    if not train:
+        raise PreflightError("data.sources: no training articles (every one is held out)")
+    return out
+
+
 def check_train_data(data: DictConfig) -> dict[str, str]:
-    """Training pairs (squad-open passages + propositions, or a JSONL/HF `data.path`), read by
-    the reader `propositionizer.data` calls for `data.format`."""
+    """Training pairs (squad-open passages + propositions, the `data.sources` pairs of files,
+    or a JSONL/HF `data.path`), read by the reader `propositionizer.data` calls for
+    `data.format`."""
     fmt = str(data.get("format", "squad-open"))
     out: dict[str, str] = {}
-    if fmt == "squad-open":
+    if fmt == "sources":
+        out = check_sources(data)
+    elif fmt == "squad-open":
         _pairs(load_squad_open_pairs, "data.passages, data.propositions", data.passages,
                data.propositions)  # fmt: skip
         out = {"data.passages": str(data.passages), "data.propositions": str(data.propositions)}

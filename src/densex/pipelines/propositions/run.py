@@ -24,10 +24,9 @@ from densex.pipelines.propositions.inputs import (
     baselines_for,
     predictions_for,
     references_for,
-    resolve_val_fraction,
-    select_passages,
 )
 from densex.pipelines.propositions.output import log_wandb, print_table, report_notes
+from densex.pipelines.propositions.subset import resolve_subset_rule, select_passages
 from densex.report.propositions import REFERENCE, aggregate, quality_rows
 from densex.report.propositions_files import write_report
 
@@ -37,11 +36,10 @@ def run(cfg: DictConfig) -> float:
     task = cfg.task
     files = build_corpus_units(cfg, with_generated=False)
     passages = read_passages(files.passages)
-    fractions, val_source = resolve_val_fraction(task, cfg.get("propositionizer"))
-    val_fraction = fractions[0]
+    rule = resolve_subset_rule(task, cfg.get("propositionizer"))
     subset = str(task.get("subset", "validation"))
     limit = task.get("limit_passages")
-    selected = select_passages(passages, subset, fractions, int(limit) if limit else None)
+    selected = select_passages(passages, subset, rule, int(limit) if limit else None)
     ref_path, references, evaluated, no_reference = references_for(task, selected)
     found = report_systems(cfg, files, references, evaluated)
     if found is None:  # ddp: rank 0 reports
@@ -53,7 +51,7 @@ def run(cfg: DictConfig) -> float:
     rows = quality_rows(evaluated, references, systems, _scorer(task), parse, stemmer(stem_name))
     table = aggregate(rows)
     summary.update(
-        report_summary(cfg, files, ref_path, subset, (val_fraction, val_source),
+        report_summary(cfg, files, ref_path, subset, (rule.described, rule.origin),
                        (selected, evaluated, no_reference), scorer_cfg, stem_name)
     )  # fmt: skip
     write_report(
@@ -99,7 +97,7 @@ def report_systems(
 
 
 def report_summary(
-    cfg: DictConfig, files: Any, ref_path: str, subset: str, val: tuple[float, str],
+    cfg: DictConfig, files: Any, ref_path: str, subset: str, val: tuple[Any, str],
     passages: tuple[list, list, list], scorer_cfg: Any, stem_name: Any,
 ) -> dict[str, Any]:  # fmt: skip
     """The report's summary fields: title, inputs, the subset and where its validation fraction
