@@ -17,10 +17,10 @@ from densex.report.naming import GAIN, column_label, labelled, split_column
 from densex.report.pivot import RESULT_FIELDS, cell_key, duplicate_cell, pivot_axes
 from densex.report.table2_metrics import (
     Metrics,
+    answer_recall_legend,
     datasets_of,
     full_metrics,
     metrics_legend,
-    short_answer_legend,
     table2_metrics,
 )
 from densex.utils.io import DataError, atomic_open, read_jsonl
@@ -266,15 +266,10 @@ def write_table2(
         f.write("Passage recall@k (%) by retriever and retrieval granularity (cf. Table 2). ")
         f.write(metrics_legend(metrics) + "\n\n")
         f.write(table2_markdown(table, marks))
-        missing = missing_cells_markdown(out)
-        if missing:
+        if missing := missing_cells_markdown(out):
             f.write("\n" + missing)
         if extra:
-            f.write(
-                "\nAnswer recall within the first l retrieved words (AR@l, %: an answer string"
-                " in the first l words of the retrieved units, in rank order)"
-                f"{short_answer_legend(rows)}.\n\n"
-            )
+            f.write(f"\n{answer_recall_legend(rows)}\n\n")
             f.write(table2_markdown(full, marks, extra))
         if notes:
             f.write("\n" + notes.rstrip("\n") + "\n")

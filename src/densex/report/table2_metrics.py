@@ -131,6 +131,14 @@ def short_answer_columns(
     return [(metric_label(k), k) for k in keys if all(k in r for r in rows)]
 
 
+def answer_recall_legend(rows: Sequence[dict[str, Any]]) -> str:
+    """The answer-recall table's first line, with what its `(≤N-word answers)` columns count."""
+    return (
+        "Answer recall within the first l retrieved words (AR@l, %: an answer string in the"
+        f" first l words of the retrieved units, in rank order){short_answer_legend(rows)}."
+    )
+
+
 def short_answer_legend(rows: Sequence[dict[str, Any]]) -> str:
     """What the `(≤N-word answers)` columns count, per dataset, for the answer-recall table's
     first line ("" when no dataset has them)."""
