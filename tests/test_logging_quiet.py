@@ -54,7 +54,7 @@ def test_entries_log_info_again_after_an_api_call():
     """An API call in the process (quiet: densex at WARNING) does not silence an entry's own
     set-up, and a level the application chose is kept."""
     pkg = logging.getLogger("densex")
-    before = pkg.level
+    before, marker = pkg.level, getattr(pkg, dlog._SET_BY_US, None)
     try:
         pkg.setLevel(logging.NOTSET)
         dlog.library_logging(False)
@@ -64,8 +64,10 @@ def test_entries_log_info_again_after_an_api_call():
         pkg.setLevel(logging.DEBUG)  # the application's choice
         dlog.library_logging(False)
         assert pkg.level == logging.DEBUG
-    finally:
+    finally:  # the level and whose choice it was, as before (else a WARNING an API call set
+        # would stay as if the application had chosen it, silencing later entries' INFO lines)
         pkg.setLevel(before)
+        setattr(pkg, dlog._SET_BY_US, marker)
         dlog.setup_logging(False)
 
 

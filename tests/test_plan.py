@@ -3,9 +3,6 @@ verdicts, and the real CLI run offline."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -15,6 +12,7 @@ from hydra.core.global_hydra import GlobalHydra
 from densex.pipelines.plan.machine import retriever_dim
 from densex.pipelines.plan.run import plan
 from densex.pipelines.plan.sizes import FACTOID_WIKI, GB, fits, nlist_for, plan_rows, sizes
+from helpers.inproc import run_script
 
 
 def _cfg(repo_root: Path, overrides: list[str]):
@@ -92,25 +90,21 @@ def test_plan_of_squad_open_includes_factoid_wiki(repo_root: Path, squad_open: P
     assert 300 < squad["passage"]["bytes_per_unit"] < 1500
 
 
-def test_cli_prints_the_factoid_wiki_budget_offline(repo_root: Path, tmp_path: Path) -> None:
-    """A process of its own: the plan is logged (densex's logger, Hydra's console handler), and
-    a test process's logging state (levels and handlers other tests left) must not decide what
-    it shows; in process this test once saw no output at all under `make test`."""
-    env = {
-        **os.environ,
-        "PYTHONPATH": str(repo_root / "src"),
-        "HF_HUB_OFFLINE": "1",
-        "TRANSFORMERS_OFFLINE": "1",
-        # any attempt to reach the network fails at once instead of hanging
-        "HTTPS_PROXY": "http://127.0.0.1:9",
-        "HTTP_PROXY": "http://127.0.0.1:9",
-    }
-    cmd = [sys.executable, "index.py", "stage=plan", "corpus=factoid-wiki", "retriever=gtr",
-           f"paths.cache_dir={tmp_path / 'cache'}", f"paths.log_dir={tmp_path / 'logs'}",
-           "plan.gpus=0"]  # fmt: skip
-    proc = subprocess.run(cmd, cwd=repo_root, env=env, capture_output=True, text=True, timeout=300)
-    out = proc.stdout + proc.stderr
-    assert proc.returncode == 0, out
+def test_cli_prints_the_factoid_wiki_budget_offline(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """`index.py stage=plan ...` run in this process (argv, Hydra, the stage; its output)."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("TRANSFORMERS_OFFLINE", "1")
+    # any attempt to reach the network fails at once instead of hanging
+    monkeypatch.setenv("HTTPS_PROXY", "http://127.0.0.1:9")
+    monkeypatch.setenv("HTTP_PROXY", "http://127.0.0.1:9")
+    status = run_script("index.py", "stage=plan", "corpus=factoid-wiki", "retriever=gtr",
+                        f"paths.cache_dir={tmp_path / 'cache'}",
+                        f"paths.log_dir={tmp_path / 'logs'}", "plan.gpus=0")  # fmt: skip
+    captured = capfd.readouterr()
+    out = captured.out + captured.err
+    assert status == 0, out
     assert "256,885,003" in out and "41,393,528" in out and "114,219,127" in out
     prop = next(
         line for line in out.splitlines() if "proposition" in line and "256,885,003" in line

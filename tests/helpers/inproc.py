@@ -7,11 +7,14 @@ terminal output); every other test of a CLI's behaviour can run it here.
 
 from __future__ import annotations
 
+import logging
 import runpy
 import sys
 from pathlib import Path
 
 from hydra.core.global_hydra import GlobalHydra
+
+from densex.utils.logging import _SET_BY_US
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -23,6 +26,13 @@ def run_script(script: str, *args: str) -> int:
     argv = sys.argv
     sys.argv = [path, *args]
     GlobalHydra.instance().clear()  # a compose() of an earlier test must not be in the way
+    # the `densex` logger as a fresh process has it (no level of its own): a level an earlier
+    # test left on it (an API call's WARNING, restored by hand) would silence the entry's INFO
+    # lines, the plan's tables among them
+    pkg = logging.getLogger("densex")
+    level, marker = pkg.level, getattr(pkg, _SET_BY_US, None)
+    pkg.setLevel(logging.NOTSET)
+    setattr(pkg, _SET_BY_US, None)
     try:
         runpy.run_path(path, run_name="__main__")
     except SystemExit as e:
@@ -30,4 +40,6 @@ def run_script(script: str, *args: str) -> int:
     finally:
         sys.argv = argv
         GlobalHydra.instance().clear()
+        pkg.setLevel(level)
+        setattr(pkg, _SET_BY_US, marker)
     return 0
