@@ -41,34 +41,43 @@ def pytest_configure(config: pytest.Config) -> None:
         raise pytest.UsageError("CI=true, but this checkout lacks: " + "; ".join(lacking))
 
 
-# The heaviest test files first (seconds of `--durations=0` on the 2-core machine, rounded;
-# measured 2026-12).
+# The heaviest test files first: seconds per file (setup + call + teardown, junit) of one
+# `make test` on the 2-core AMD EPYC, 2026-12-07, on a machine shared with other jobs (about
+# three times the unloaded times; only the order matters).
 # `make test` runs `--dist loadfile --no-loadscope-reorder`, so xdist hands files to the two
 # workers in collection order: longest first, the many short files fill in at the end, and
 # no long file starts last while the other worker sits idle. The demo sweep's builder
 # (test_report_demo_sweep.py, the session's `demo_sweep`) comes early and the other files
-# reading it (test_serve.py, test_explorer_browser.py, ...) several files later, so the other
-# worker never waits on its lock. Only the order depends on this list; a stale entry costs
-# balance, never a result.
+# reading it (test_serve.py, test_api.py, test_explorer_browser.py) several files later, so
+# the other worker does not wait on its lock. Only the order depends on this list; a stale
+# entry costs balance, never a result.
 HEAVY_FIRST = {
-    "tests/test_propositionizer_train.py": 46,
-    "tests/test_squad_train.py": 36,
-    "tests/test_decode_speed.py": 38,
-    "tests/search/test_report_demo_sweep.py": 30,
-    "tests/test_pipelines.py": 33,
-    "tests/test_benchmarks.py": 33,
-    "tests/test_encode.py": 20,
-    "tests/test_copy_bf16.py": 19,
-    "tests/test_runtimes.py": 19,
-    "tests/search/test_serve.py": 15,
-    "tests/test_generate.py": 16,
-    "tests/test_analysis_e2e.py": 15,
-    "tests/test_context_inputs.py": 15,
+    "tests/test_propositionizer_train.py": 150,
+    "tests/test_decode_speed.py": 131,
+    "tests/search/test_report_demo_sweep.py": 91,
+    "tests/test_pipelines.py": 108,
+    "tests/test_benchmarks.py": 71,
+    "tests/test_generate.py": 62,
+    "tests/test_squad_train.py": 61,
+    "tests/test_encode.py": 58,
+    "tests/test_docs.py": 55,
+    "tests/test_runtimes.py": 49,
+    "tests/test_copy_bf16.py": 48,
+    "tests/search/test_serve.py": 46,
+    "tests/test_analysis_e2e.py": 36,
+    "tests/test_copy_student.py": 33,
+    "tests/test_context_inputs.py": 32,
+    "tests/test_config_schemas.py": 29,
+    "tests/test_pair_sources.py": 29,
+    "tests/test_formats_matrix.py": 27,
+    "tests/test_units.py": 26,
+    "tests/test_late_chunking.py": 23,
+    "tests/test_qa_pipeline.py": 22,
+    "tests/test_logging_quiet.py": 19,
+    "tests/test_set_f1.py": 17,
+    "tests/search/test_api.py": 17,
+    "tests/test_untrusted_bytes.py": 15,
     "tests/search/test_explorer_browser.py": 15,
-    "tests/test_formats_matrix.py": 14,
-    "tests/test_copy_student.py": 12,
-    "tests/test_fault_table.py": 12,
-    "tests/test_qa_pipeline.py": 10,
 }
 
 
