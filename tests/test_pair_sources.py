@@ -242,3 +242,18 @@ def test_a_partial_source_skips_whole_articles_only(tmp_path):
     one = PairSource("one", passages, props, partial=True)
     with pytest.raises(ValueError, match="article 'A' is in 'one' and 'two'"):
         read_sources([one, PairSource("two", passages, props, partial=True)])
+
+
+def test_the_earlier_protocol_is_the_old_squad_open_split(squad_open):
+    """`experiment=propositionizer-copy-squad-open` (the student the README's table reports)
+    splits squad-open's pairs exactly as `pairs.split_articles(pairs, 0.3125, 0.1)` did."""
+    cfg = compose_config(
+        "train", "experiment=propositionizer-copy-squad-open", f"paths.data_dir={squad_open.parent}"
+    )
+    got = read_sources(pair_sources(cfg.data.sources))
+    pairs = load_squad_open_pairs(squad_open / "passages.jsonl", squad_open / "propositions.jsonl")
+    old = split_articles(pairs, 0.3125, 0.1)
+    for new_split, old_split in zip((got.train, got.validation, got.test), old):
+        assert [p["id"] for p in new_split] == [p["id"] for p in old_split]
+    assert [len(_titles(x)) for x in old] == [27, 4, 5]
+    assert cfg.trainer.val_check_interval == 500
