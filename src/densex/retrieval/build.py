@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import shutil
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -92,13 +92,16 @@ class EncodedUnits:
 
 
 class DenseSearcher:
-    """Query encoder + faiss index over the unit embeddings of one units file."""
+    """Query encoder + faiss index over the unit embeddings of one units file. `query_vectors`
+    (set by `retrieval.query_cache` for an evaluate cell): texts -> their cached float32
+    vectors, or None to encode them."""
 
     def __init__(self, retriever: DenseRetriever, index: ShardedIndex, store: EmbeddingStore):
         if index.ntotal != len(store):
             raise ValueError(f"index has {index.ntotal} vectors for {len(store)} units")
         self.retriever, self.index, self._store = retriever, index, store
         self.info: dict[str, Any] = {}
+        self.query_vectors: Callable[[Sequence[str]], np.ndarray | None] | None = None
 
     @property
     def unit_ids(self) -> list[str]:
@@ -110,8 +113,12 @@ class DenseSearcher:
         return self.index.ntotal
 
     def search(self, queries: Sequence[str], n: int) -> tuple[np.ndarray, np.ndarray]:
-        """(scores float32 [nq, n], rows int64 [nq, n]); -1 where fewer than n units exist."""
-        return self.index.search(self.retriever.encode_queries(list(queries)), n)
+        """(scores float32 [nq, n], rows int64 [nq, n]); -1 where fewer than n units exist.
+        The queries' cached vectors when `query_vectors` has them, else encoded here."""
+        vectors = self.query_vectors(queries) if self.query_vectors is not None else None
+        if vectors is None:
+            vectors = self.retriever.encode_queries(list(queries))
+        return self.index.search(vectors, n)
 
 
 def share_query_encoders(searchers: Iterable[Any]) -> int:
@@ -120,18 +127,21 @@ def share_query_encoders(searchers: Iterable[Any]) -> int:
     nested searchers included (a union's `searchers`, a fusion's `members`). Returns the
     number of distinct retrievers left."""
     shared: dict[str, DenseRetriever] = {}
-
-    def walk(items: Iterable[Any]) -> None:
-        for s in items:
-            if isinstance(s, DenseSearcher):
-                s.retriever = shared.setdefault(repr(s.retriever.spec), s.retriever)
-            elif hasattr(s, "searchers"):
-                walk(s.searchers)
-            elif hasattr(s, "members"):
-                walk(m.searcher for m in s.members)
-
-    walk(searchers)
+    for s in dense_searchers(searchers):
+        s.retriever = shared.setdefault(repr(s.retriever.spec), s.retriever)
     return len(shared)
+
+
+def dense_searchers(searchers: Iterable[Any]) -> Iterator[DenseSearcher]:
+    """The `DenseSearcher`s among `searchers` and nested in them (a union's `searchers`, a
+    fusion's `members`), in order."""
+    for s in searchers:
+        if isinstance(s, DenseSearcher):
+            yield s
+        elif hasattr(s, "searchers"):
+            yield from dense_searchers(s.searchers)
+        elif hasattr(s, "members"):
+            yield from dense_searchers(m.searcher for m in s.members)
 
 
 def embeddings_dir(

@@ -38,6 +38,9 @@ LATE_CONTEXTS = ("passage", "section")
 # Keys of late chunking: in the document-embedding key only when `late_chunking` is on, so the
 # keys (and cached embeddings) of every encoding from before late chunking stay where they were
 LATE_KEYS = ("late_chunking", "late_context", "late_overlap")
+# Keys that only change how units are encoded: left out of the query-embedding cache key
+# (`retrieval.query_cache`), so cells that differ only on the document side share queries
+DOC_ONLY_KEYS = ("doc_model", "max_length", "title", "title_sep", "doc_prefix", "dtype", *LATE_KEYS)
 
 
 @dataclass
@@ -160,10 +163,13 @@ class RetrieverSpec:
         return self.doc_model or self.query_model
 
     def cache_fields(self, side: str = "doc") -> dict[str, Any]:
-        """The fields that determine document (side='doc') or all embeddings, for cache keys."""
+        """The fields that determine document (side='doc'), query (side='query': the query
+        model, prefix and max length, pooling, similarity, precision, runtime) or all (any
+        other side) embeddings, for cache keys."""
         data = dataclasses.asdict(self)
         data["doc_model"] = self.doc_model_or_query
-        drop = RUNTIME_KEYS + (QUERY_ONLY_KEYS if side == "doc" else ())
+        only = {"doc": QUERY_ONLY_KEYS, "query": DOC_ONLY_KEYS}.get(side, ())
+        drop = RUNTIME_KEYS + only
         if self.dim is None:  # dense: the keys (and cached embeddings) from before `dim`
             drop += ("dim",)
         if self.runtime == "torch" and self.quantize == "none":  # keys from before runtimes
