@@ -8,8 +8,9 @@ Opens the cell `experiment=squad-train granularity=sentence` through `densex.ope
 units, the unit embeddings and the exact faiss index `python evaluate.py -m
 experiment=squad-train` cached; built first, as evaluate.py would, where they are missing;
 trailing Hydra overrides change the cell: another granularity, `paths.cache_dir=...`). Its
-questions (dataset=squad-train: all 87,599 by default, `--queries N` the first N) are encoded
-once by the retriever's query encoder, outside both clocks. Then, on `--threads` threads (1):
+questions (dataset=squad-train: all 87,599 by default, `--queries N` the first N) are read from
+the query-embedding cache the evaluate cells share (encoded once into it where missing),
+outside both clocks. Then, on `--threads` threads (1):
 
 1. densex: `retrieval.search.retrieve_passages` over the cell's `ShardedIndex` at its default
    settings: the top `--k` (100) passages by max over units, first fetching the units the
@@ -140,6 +141,7 @@ def main() -> None:
     import densex
     from densex.pipelines.evaluate.cell import first_fetch, load_questions
     from densex.retrieval.embedding_store import open_embeddings
+    from densex.retrieval.query_cache import cache_query_vectors
     from densex.retrieval.search import retrieve_passages
 
     torch.set_num_threads(args.threads)
@@ -153,7 +155,9 @@ def main() -> None:
     searcher = cell.searcher
     t_open = time.perf_counter() - t0
     t0 = time.perf_counter()
-    xq = searcher.retriever.encode_queries([q["question"] for q in questions])
+    texts = [q["question"] for q in questions]
+    cache_query_vectors(searcher, texts, cfg.paths.cache_dir)  # the evaluate cell's cache
+    xq = np.ascontiguousarray(searcher.query_vectors(texts), dtype=np.float32)
     t_encode = time.perf_counter() - t0
     vectors = np.ascontiguousarray(open_embeddings(searcher.info["embeddings_dir"]).embeddings)
     n_start = first_fetch(cell, args.k, 0)
@@ -161,7 +165,7 @@ def main() -> None:
     print(f"cell {' '.join(overrides)}: {len(vectors):,} units of {len(cell.passages):,} passages,"
           f" {len(xq):,} queries, top-{args.k} passages (first fetch {n_start} units),"
           f" {args.threads} thread(s); opened in {t_open:.1f} s, queries encoded in"
-          f" {t_encode:.1f} s (outside both clocks)")  # fmt: skip
+          f" {t_encode:.1f} s or read from the sweep's query cache (outside both clocks)")  # fmt: skip
 
     t0 = time.perf_counter()
     ours = retrieve_passages(
