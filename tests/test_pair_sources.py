@@ -22,18 +22,9 @@ from densex.propositionizer.data import PropositionDataModule
 from densex.propositionizer.pairs import load_squad_open_pairs, split_articles, split_source
 from densex.propositionizer.sources import SourceSplits, first_articles, read_sources
 from helpers.config import compose_config
-from helpers.requires import missing
 
 TEST_TITLES = {"1973 oil crisis", "French and Indian War", "Genghis Khan", "Prime number", "Rhine"}
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "heldout_split.py"
-
-
-@pytest.fixture(scope="module")
-def squad_train(shared_data: Path) -> Path:
-    path = shared_data / "squad-train"
-    if not (path / "propositions.jsonl").exists():
-        missing(f"squad-train teacher pairs not found under {path}")
-    return path
 
 
 @pytest.fixture(scope="module")

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import gzip
 import json
-import runpy
 import shlex
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+
+from helpers.inproc import run_script
 
 REPO = Path(__file__).resolve().parents[2]
 FORMATS_PAGE = REPO / "docs" / "formats.md"
@@ -40,18 +40,9 @@ def readme_command(fmt: str) -> list[str]:
 
 def run_cli(words: list[str], *extra: str) -> int:
     """Run `python SCRIPT ARGS...` (a documented command) in this process, as the shell would run
-    it (argv, Hydra, preflight, the stage); its exit status."""
+    it (`helpers.inproc.run_script`: argv, Hydra, preflight, the stage); its exit status."""
     assert words[0] == "python", words
-    script, args = str(REPO / words[1]), [*words[2:], *extra]
-    argv = sys.argv
-    sys.argv = [script, *args]
-    try:
-        runpy.run_path(script, run_name="__main__")
-    except SystemExit as e:
-        return int(e.code or 0) if not isinstance(e.code, str) else 1
-    finally:
-        sys.argv = argv
-    return 0
+    return run_script(words[1], *words[2:], *extra)
 
 
 def fill(words: Sequence[str], **values: str) -> list[str]:
