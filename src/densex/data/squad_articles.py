@@ -21,6 +21,7 @@ __all__ = [
     "article_question_ids",
     "article_questions",
     "article_titles",
+    "is_short_answer",
     "passage_title",
     "shortest_answer_words",
 ]
@@ -36,14 +37,7 @@ def article_questions(
 ) -> list[Record]:
     """The rows of `questions` (JSONL `{"id", "question", "answers"}`) whose SQuAD question id
     belongs to an article of `titles` (passage titles: decoded, spaces), in file order."""
-    wanted = set(titles)
-    qids = {
-        qa["id"]
-        for article in read_json(squad_json)["data"]
-        if passage_title(article["title"]) in wanted
-        for para in article["paragraphs"]
-        for qa in para["qas"]
-    }
+    qids = article_question_ids(squad_json, titles)
     return [row for _, row in numbered_jsonl(questions) if row["id"] in qids]
 
 
@@ -87,3 +81,9 @@ def shortest_answer_words(answers: Collection[str]) -> int:
     inside a unit's own text (answer recall within l words, EM@l) are judged on the questions
     whose shortest answer has at most a few words, so the two SQuAD sets compare."""
     return min((len(a.split()) for a in answers), default=0)
+
+
+def is_short_answer(answers: Collection[str], words: int) -> bool:
+    """Whether a question's shortest answer has 1 to `words` words (`shortest_answer_words`):
+    the questions the short-answer metrics are judged on."""
+    return 0 < shortest_answer_words(answers) <= int(words)

@@ -21,7 +21,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from densex.data.squad_articles import article_questions, shortest_answer_words
+from densex.data.squad_articles import article_questions, is_short_answer
 from densex.propositionizer.pairs import load_squad_open_pairs, split_articles
 from densex.utils.records import Record
 
@@ -123,12 +123,10 @@ def source_questions(sources: Iterable[PairSource], titles: Iterable[str]) -> li
     """The questions of the articles `titles` (passage titles) from every source with a
     `squad_json` and `questions` (`data.squad_articles.article_questions`, percent-encoded
     SQuAD titles decoded), in source then file order, each with `short`: its shortest answer
-    has 1 to `SHORT_ANSWER_WORDS` words (`data.squad_articles.shortest_answer_words`)."""
+    has 1 to `SHORT_ANSWER_WORDS` words (`data.squad_articles.is_short_answer`)."""
     wanted = set(titles)
     out: list[Record] = []
     for source in sources:
         if source.squad_json and source.questions:
             out += article_questions(source.squad_json, source.questions, wanted)
-    return [
-        {**q, "short": 0 < shortest_answer_words(q["answers"]) <= SHORT_ANSWER_WORDS} for q in out
-    ]
+    return [{**q, "short": is_short_answer(q["answers"], SHORT_ANSWER_WORDS)} for q in out]

@@ -4,7 +4,7 @@ Answer recall within l words and EM@l look for the answer in the retrieved units
 a question whose answer is a clause (SQuAD train: one answer per question, often a clause)
 counts against short units that hold the fact but not the clause. With `dataset.short_answer_words:
 N`, each is also computed on the questions whose shortest answer has at most N whitespace words
-(`short_answer_mask`, by `data.squad_articles.shortest_answer_words`), under the metric's own key
+(`short_answer_mask`, by `data.squad_articles.is_short_answer`), under the metric's own key
 with `_short<N>` after it: `answer_recall@100_short5` in `results.jsonl`, `ar@100_short5` /
 `em@100_short5` as per-question metrics of the paired tests (`analysis.per_question`), shown as
 `AR@100 (≤5-word answers)` (`report.naming`). The subset metric is the plain metric's code run on
@@ -18,7 +18,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from densex.data.squad_articles import shortest_answer_words
+from densex.data.squad_articles import is_short_answer
 
 __all__ = ["short_answer_mask", "short_key", "split_short_key"]
 
@@ -38,5 +38,4 @@ def split_short_key(key: str) -> tuple[str, int | None]:
 
 def short_answer_mask(answers: Sequence[Sequence[str]], words: int) -> np.ndarray:
     """Per question (its answer strings), whether its shortest answer has 1..`words` words."""
-    n = [shortest_answer_words(a) for a in answers]
-    return np.array([0 < k <= int(words) for k in n], dtype=bool)
+    return np.array([is_short_answer(a, words) for a in answers], dtype=bool)
