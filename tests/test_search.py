@@ -153,19 +153,27 @@ def test_matches_brute_force(n_units, n_passages, k, n_start, seed):
     k=st.integers(1, 15),
     n=st.integers(1, 70),
     ties=st.booleans(),
+    shuffled=st.booleans(),
     seed=st.integers(0, 10_000),
 )
-def test_settle_block_equals_the_per_query_functions(n_units, n_passages, k, n, ties, seed):
+def test_settle_block_equals_the_per_query_functions(
+    n_units, n_passages, k, n, ties, shuffled, seed
+):
     """The block path (numpy over a block of queries; tied queries through the two functions)
     gives each query what `rank_units` + `max_over_units` give it alone, and settles the same
-    queries: real-valued scores (no ties: the numpy path) and few distinct ones (ties)."""
-    from densex.retrieval.search import rank_units, settle_block
+    queries: real-valued scores (no ties: the numpy path) and few distinct ones (ties), in the
+    index's best-first order (sorting skipped) or any other (a union of indexes: sorted)."""
+    from densex.retrieval.search import is_descending, rank_units, settle_block
 
     rng = np.random.default_rng(seed)
     unit_passage = rng.integers(0, n_passages, n_units)
     raw = rng.integers(0, 4, (5, n_units)) if ties else rng.random((5, n_units))
     searcher = MatrixSearcher(raw.astype(np.float32), seed)
     scores, rows = searcher.search([f"q{i}" for i in range(5)], n)
+    assert is_descending(scores)
+    if shuffled:
+        perm = np.stack([rng.permutation(n) for _ in range(5)])
+        scores, rows = np.take_along_axis(scores, perm, 1), np.take_along_axis(rows, perm, 1)
     got = settle_block(scores, rows, unit_passage, k, n, n_units)
     for j, r in enumerate(got):
         us, ur = rank_units(scores[j], rows[j])

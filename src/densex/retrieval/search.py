@@ -94,6 +94,12 @@ def max_over_units(
     return prow[order], pscore[order]
 
 
+def is_descending(d: np.ndarray) -> bool:
+    """Whether every row of `d` is sorted best first (faiss's own order): then a stable sort
+    by score would leave it unchanged."""
+    return bool((d[:, 1:] <= d[:, :-1]).all())
+
+
 def first_units(ranked_rows: np.ndarray, unit_passage_rows: np.ndarray) -> np.ndarray:
     """Per query of a block (unit rows best first, -1 = empty slot), whether each unit is its
     passage's first, i.e. best, in that order: one sort of (passage, rank) keys per block."""
@@ -120,8 +126,11 @@ def settle_block(
     and ties as the two functions one query at a time."""
     rows = np.asarray(rows, dtype=np.int64)
     scores = np.where(rows >= 0, np.asarray(scores, dtype=np.float32), np.float32(-np.inf))
-    order = np.argsort(-scores, axis=1, kind="stable")  # empty slots (-inf) last
-    us, ur = np.take_along_axis(scores, order, 1), np.take_along_axis(rows, order, 1)
+    if is_descending(scores):  # faiss's order: the stable sort below would keep it
+        us, ur = scores, rows
+    else:
+        order = np.argsort(-scores, axis=1, kind="stable")  # empty slots (-inf) last
+        us, ur = np.take_along_axis(scores, order, 1), np.take_along_axis(rows, order, 1)
     valid = ur >= 0
     count = valid.sum(axis=1)
     # without ties the score order is the (score, row) order and passages' scores are distinct

@@ -17,6 +17,7 @@ import faiss
 import numpy as np
 
 from densex.retrieval.faiss_gpu import GPU_MAX_K, is_gpu, set_search_params, to_cpu, want_gpu
+from densex.retrieval.search import is_descending
 from densex.retrieval.spec import IndexSpec
 from densex.utils.integrity import DamagedArtifact, file_record, verify_files
 from densex.utils.io import DataError, atomic_open, read_json, write_manifest
@@ -118,6 +119,7 @@ class ShardedIndex:
         faiss.cvar.distance_compute_blas_threshold = int(
             FAISS_BLAS_THRESHOLD if threshold is None else threshold
         )
+        merged = 0  # shards searched so far: the first needs no merge when already sorted
         for s_idx, off in enumerate(self.offsets):
             k = min(n, self.ntotals[s_idx])
             if k == 0:
@@ -128,9 +130,13 @@ class ShardedIndex:
                 d, i = searcher.search(q[b : b + bs], k)
                 d = np.where(i >= 0, d, -np.inf).astype(np.float32)
                 i = np.where(i >= 0, i + off, -1)
-                scores[b : b + bs], rows[b : b + bs] = merge_top_n(
-                    scores[b : b + bs], rows[b : b + bs], d, i, n
-                )
+                if merged == 0 and is_descending(d):  # what merging into nothing gives
+                    scores[b : b + bs, :k], rows[b : b + bs, :k] = d, i
+                else:
+                    scores[b : b + bs], rows[b : b + bs] = merge_top_n(
+                        scores[b : b + bs], rows[b : b + bs], d, i, n
+                    )
+            merged += 1
             del shard, searcher  # a memory-mapped shard's pages are released here
         return scores, rows
 
