@@ -65,6 +65,7 @@ from densex.retrieval.encoders import build_retriever
 from densex.retrieval.spec import RetrieverSpec
 from densex.utils.io import write_json, write_jsonl
 from densex.utils.logging import get_logger
+from densex.utils.progress import Progress
 from densex.utils.records import Record
 
 log = get_logger(__name__)
@@ -190,16 +191,18 @@ class RetrievalValidation(pl.Callback):
         outputs: list[list[str] | None] = [None] * len(units)
         was_training = pl_module.training
         pl_module.eval()
-        for start in range(0, len(order), self.batch_size):
-            chunk = order[start : start + self.batch_size]
-            batch = tok([sources[i] for i in chunk], padding=True, truncation=True,
-                        max_length=self.max_source_length, return_tensors="pt").to(pl_module.device)  # fmt: skip
-            texts = pl_module.generate(
-                batch["input_ids"], batch["attention_mask"], [sources[i] for i in chunk],
-                max_new_tokens=self.max_new_tokens, num_beams=1, **self.decoding,
-            )  # fmt: skip
-            for i, text in zip(chunk, texts):
-                outputs[i] = parse_prediction(text) or [units[i]["text"]]
+        with Progress("validation propositions", total=len(order), unit="sentences") as bar:
+            for start in range(0, len(order), self.batch_size):
+                chunk = order[start : start + self.batch_size]
+                batch = tok([sources[i] for i in chunk], padding=True, truncation=True,
+                            max_length=self.max_source_length, return_tensors="pt").to(pl_module.device)  # fmt: skip
+                texts = pl_module.generate(
+                    batch["input_ids"], batch["attention_mask"], [sources[i] for i in chunk],
+                    max_new_tokens=self.max_new_tokens, num_beams=1, **self.decoding,
+                )  # fmt: skip
+                for i, text in zip(chunk, texts):
+                    outputs[i] = parse_prediction(text) or [units[i]["text"]]
+                bar.advance(len(chunk))
         pl_module.train(was_training)
         props: list[list[str]] = [[] for _ in fixed["passages"]]
         for owner, out in zip(fixed["owners"], outputs):
