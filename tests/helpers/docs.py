@@ -88,9 +88,11 @@ class Command:
 
 
 STUB = '#!/bin/bash\nprintf "%s\\0" @@CMD "$DOC_AT" "$0" "$@" >&3\n'
+# `kill` a no-op: a page's `kill %1` must not stop its background command before it records
 PRELUDE = """\
 exec 3>"$DOC_RECORDS"
 command_not_found_handle() { printf '%s\\0' @@CMD "$DOC_AT" "$@" >&3; return 0; }
+kill() { return 0; }
 """
 
 
@@ -107,8 +109,15 @@ def _stub_tree(root: Path) -> None:
 
 
 def page_script(page: Path) -> str:
-    """The page's bash blocks as one subshell that ends by recording the page done."""
-    lines = ["( set -u", *(f"export {k}={shlex.quote(v)}" for k, v in SHELL_PLACEHOLDERS.items())]
+    """The page's bash blocks as one subshell that ends by recording the page done. A command
+    sent to the background (`python serve.py ... &`) is waited for before the next command runs
+    (`trap wait DEBUG`), so the records come in the page's order however busy the machine is
+    (each pytest-xdist worker reads the pages and must collect the same tests)."""
+    lines = [
+        "( set -u",
+        "trap wait DEBUG",
+        *(f"export {k}={shlex.quote(v)}" for k, v in SHELL_PLACEHOLDERS.items()),
+    ]
     for line, body in fenced_blocks(page.read_text(encoding="utf-8"), "bash"):
         lines += [f"export DOC_AT={rel(page)}:{line}", body]
     lines += [f"wait; printf '%s\\0' @@END {rel(page)} >&3", ")"]
