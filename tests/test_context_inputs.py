@@ -14,7 +14,6 @@ import pytest
 import torch
 
 from densex.propositionizer.backbone import load_seq2seq, output_decoder, target_ids
-from densex.propositionizer.copy_build import cached_copy_lm
 from densex.propositionizer.copy_lm import content_positions
 from densex.propositionizer.module import parse_prediction, set_dropout
 from densex.propositionizer.output import passage_source
@@ -93,8 +92,11 @@ def test_split_articles_is_three_disjoint_article_sets_with_the_old_heldout_as_t
 
 
 @pytest.fixture(scope="module")
-def copy_dir(tmp_path_factory: pytest.TempPathFactory, minilm_path: str) -> str:
-    return cached_copy_lm(tmp_path_factory.mktemp("cache"), encoder=minilm_path)
+def copy_dir(copy_lm_dir: str) -> str:
+    """The untrained copy student built from the packaged MiniLM: the session's `copy_lm_dir`
+    (conftest, built once per run); these tests only read it (training runs on a copy in
+    memory)."""
+    return copy_lm_dir
 
 
 def test_coverage_counts_the_content_only(copy_dir):
