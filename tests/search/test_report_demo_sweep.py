@@ -39,20 +39,42 @@ def test_cell_folders_say_their_overrides(demo_sweep):
     assert cells == [f"{i}_granularity={g},limit_questions=60" for i, g in enumerate(GRANULARITIES)]
 
 
-def test_open_index_on_a_built_cache_prints_nothing(demo_sweep):
+# `python -c FORK_TWO OUT1 ERR1 CODE1 OUT2 ERR2 CODE2`: each CODE in an interpreter of its own,
+# one after the other, with its stdout and stderr in the files OUT and ERR, and their exit
+# statuses printed. The two are forked from this one after it imported torch, transformers,
+# sentence-transformers and BERT's modeling (what each would import first, about 6 s of CPU
+# each, and nothing densex or faiss, which each imports itself): fresh processes as far as
+# densex's logging goes. What those imports printed would be on this process's stderr.
+FORK_TWO = """
+import os, sys
+import torch, transformers, sentence_transformers, transformers.models.bert.modeling_bert
+def child(out, err, code):
+    fds = [os.open(p, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644) for p in (out, err)]
+    os.dup2(fds[0], 1)
+    os.dup2(fds[1], 2)
+    exec(compile(code, "-c", "exec"), {"__name__": "__main__"})
+    raise SystemExit(0)  # the interpreter's own exit (atexit, flush), not the loop below
+statuses = []
+for out, err, code in zip(*[iter(sys.argv[1:])] * 3):
+    sys.stdout.flush(); sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:
+        child(out, err, code)
+    statuses.append(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]))
+print(*statuses)
+"""
+
+
+def test_open_index_on_a_built_cache_prints_nothing(demo_sweep, tmp_path):
     """The Python API logs at WARNING unless asked: no faiss loader lines, no preflight or
     units lines, no weight-loading report; `verbose=True` brings the densex lines back, once.
-    Two fresh interpreters: the quiet one alone, then the standard way (the level the
-    application set) followed by `verbose=True` after the application reset that level."""
+    Two fresh interpreters (`FORK_TWO`): the quiet one alone, then the standard way (the level
+    the application set) followed by `verbose=True` after the application reset that level."""
     _, cache = demo_sweep
     overrides = ["corpus=demo", "dataset=demo", "retriever=minilm", "trainer=cpu",
                  f"paths.cache_dir={cache}", "limit_questions=60",
                  "granularity=" + ",".join(GRANULARITIES)]  # fmt: skip
     quiet = f"import densex; ix = densex.open_index(*{overrides!r}); ix.compare(['Who?'], k=2)"
-    proc = subprocess.run([sys.executable, "-c", quiet], env=subprocess_env(),
-                          capture_output=True, text=True, timeout=600)  # fmt: skip
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert proc.stdout + proc.stderr == ""
     loud = quiet.replace(")", ", verbose=True)", 1)
     # the standard way: the `densex` logger's level, set by the application; then that level
     # reset (NOTSET: densex's choice again) and `verbose=True`, after a marker line
@@ -64,12 +86,19 @@ def test_open_index_on_a_built_cache_prints_nothing(demo_sweep):
         + "file=sys.stderr, flush=True); "
         + loud.removeprefix("import densex; ")
     )
-    proc = subprocess.run([sys.executable, "-c", asked], env=subprocess_env(),
+    files = {name: tmp_path / name for name in ("quiet.out", "quiet.err", "asked.out", "asked.err")}
+    argv = [str(files["quiet.out"]), str(files["quiet.err"]), quiet,
+            str(files["asked.out"]), str(files["asked.err"]), asked]  # fmt: skip
+    proc = subprocess.run([sys.executable, "-c", FORK_TWO, *argv], env=subprocess_env(),
                           capture_output=True, text=True, timeout=600)  # fmt: skip
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    before, sep, after = proc.stderr.partition(marker + "\n")
-    assert sep, proc.stderr[-3000:]
+    out = {name: path.read_text() for name, path in files.items()}
+    assert proc.returncode == 0 and proc.stderr == "", proc.stderr[-3000:]
+    assert proc.stdout.split() == ["0", "0"], (proc.stdout, out["quiet.err"][-3000:],
+                                               out["asked.err"][-3000:])  # fmt: skip
+    assert out["quiet.out"] + out["quiet.err"] == ""
+    before, sep, after = out["asked.err"].partition(marker + "\n")
+    assert sep, out["asked.err"][-3000:]
     assert len([ln for ln in before.splitlines() if "opened minilm/" in ln]) == 3
     assert "faiss" not in before.lower()  # third-party loader lines stay silent
     opened = [line for line in after.splitlines() if "opened minilm/" in line]
-    assert len(opened) == 3, proc.stderr[-3000:]  # one line per granularity, each once
+    assert len(opened) == 3, out["asked.err"][-3000:]  # one line per granularity, each once
