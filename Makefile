@@ -16,9 +16,11 @@ demo: setup
 
 # two workers on the 2-core CI machine (pytest-xdist; one test file per worker, so a module's
 # fixtures are built once), files handed out heaviest first (tests/conftest.py HEAVY_FIRST);
-# `pytest -q` alone runs the same tests in one process
+# `pytest -q` alone runs the same tests in one process. Bytecode caches are written even where
+# PYTHONDONTWRITEBYTECODE is set (__pycache__/, ignored by git): otherwise every run compiles
+# densex and the tests' modules again, and rewrites the asserts of ~90 test modules, in each worker
 test: setup
-	$(PY) -m pytest -q -n auto --dist loadfile --no-loadscope-reorder --durations=15
+	env -u PYTHONDONTWRITEBYTECODE $(PY) -m pytest -q -n auto --dist loadfile --no-loadscope-reorder --durations=15
 
 test-slow: setup
 	$(PY) -m pytest -q -m slow
