@@ -230,6 +230,33 @@ def tiny_bert_dir(tmp_path_factory: pytest.TempPathFactory, minilm_path: str) ->
     return path
 
 
+# What every ddp_spawn worker of the tests imports before it runs anything of densex.
+FORKSERVER_PRELOAD = ["torch", "pytorch_lightning", "transformers",
+                      "transformers.models.bert.modeling_bert", "transformers.models.t5.modeling_t5"]  # fmt: skip
+
+
+@pytest.fixture
+def spawn_from_forkserver(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`strategy: ddp_spawn`'s worker processes started by multiprocessing's forkserver, which
+    imported `FORKSERVER_PRELOAD` once for this pytest process, instead of each importing them
+    again in a new interpreter (~6 s of CPU each, two per run). Everything else is as under
+    spawn: Lightning's own launcher pickles the trainer, module, data and callbacks to new
+    processes (started from the server, not from this one: none of this process's state), runs
+    them over gloo and brings back rank 0's results; densex is imported by each worker itself.
+    (Lightning does not send spawn's snapshot of the RNG states and deterministic flags to them:
+    no test here depends on either.)"""
+    import torch.multiprocessing as mp
+    from pytorch_lightning.strategies.launchers.multiprocessing import _MultiProcessingLauncher
+
+    mp.set_forkserver_preload(FORKSERVER_PRELOAD)
+    init = _MultiProcessingLauncher.__init__
+
+    def forkserver_init(self, strategy, start_method="spawn"):
+        init(self, strategy, "forkserver" if start_method == "spawn" else start_method)
+
+    monkeypatch.setattr(_MultiProcessingLauncher, "__init__", forkserver_init)
+
+
 def run_shared_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A directory all pytest-xdist workers of this run share: the run's common temporary
     directory above each worker's own (the session's base temp without xdist). Whatever is

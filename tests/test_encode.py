@@ -182,8 +182,12 @@ def test_bad_input_and_reused_dir_fail_with_location(units_file, tiny_bert, tmp_
         )
 
 
-def test_two_processes_equal_one(reference, units_file, tiny_bert, tmp_path) -> None:
-    """ddp_spawn over gloo, devices=2: every unit once, same vectors as one process."""
+def test_two_processes_equal_one(
+    reference, units_file, tiny_bert, tmp_path, spawn_from_forkserver
+) -> None:
+    """ddp_spawn over gloo, devices=2: every unit once, same vectors as one process (the
+    workers started by the forkserver of `spawn_from_forkserver`; the slow tests below spawn
+    theirs)."""
     t0 = time.perf_counter()
     ddp = {**CPU, "devices": 2, "strategy": "ddp_spawn"}
     store = encode_units_to_dir(units_file, tiny_bert, tmp_path, ddp, shard_size=8)

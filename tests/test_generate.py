@@ -275,9 +275,10 @@ def test_ddp_spawn_two_processes_match_one(tiny_t5, squad_open, tmp_path):
     assert json.loads(manifest_path(two).read_text())["shards"]["generated"] == 4
 
 
-def test_more_processes_than_shards(tiny_t5, squad_open, tmp_path):
+def test_more_processes_than_shards(tiny_t5, squad_open, tmp_path, spawn_from_forkserver):
     """2 processes, 1 shard: the idle rank generates one probe passage (Lightning wants a batch
-    on every rank) that it never writes; the file equals one process's."""
+    on every rank) that it never writes; the file equals one process's. (ddp_spawn's workers
+    started by the forkserver of `spawn_from_forkserver`; the slow test above spawns its own.)"""
     passages_path, _ = _first_passages(squad_open, tmp_path, 3)
     one = generate_propositions(passages_path, _cfg(tiny_t5), tmp_path / "one" / "p.jsonl", TRAINER)
     ddp = {**TRAINER, "devices": 2, "strategy": "ddp_spawn"}

@@ -404,8 +404,9 @@ def test_best_checkpoint_score_comes_from_the_file(tmp_path):
     assert score == pytest.approx(0.9) and ckpt["epoch"] == 1 and Path(path).name == "eepoch=1.ckpt"
 
 
-def test_best_checkpoint_score_under_ddp_spawn(tmp_path):
-    """The real launcher: two spawned CPU processes; the main process gets no score back."""
+def test_best_checkpoint_score_under_ddp_spawn(tmp_path, spawn_from_forkserver):
+    """The real launcher: two spawned CPU processes (started by the forkserver of
+    `spawn_from_forkserver`); the main process gets no score back."""
     from pytorch_lightning.callbacks import ModelCheckpoint
 
     from densex.utils.trainer import CloseSpawnedProcessGroup
