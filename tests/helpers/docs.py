@@ -283,9 +283,12 @@ def is_script_command(cmd: Command) -> bool:
 def load_script(path: Path):
     """The script imported as a module (not as `__main__`: its main() does not run)."""
     import importlib.util
+    import sys
 
-    spec = importlib.util.spec_from_file_location(f"_doc_{path.parent.name}_{path.stem}", path)
+    name = f"_doc_{path.parent.name}_{path.stem}"
+    spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # as an import does: dataclasses resolve annotations through it
     spec.loader.exec_module(module)
     return module
 
