@@ -41,43 +41,43 @@ def pytest_configure(config: pytest.Config) -> None:
         raise pytest.UsageError("CI=true, but this checkout lacks: " + "; ".join(lacking))
 
 
-# The heaviest test files first: seconds per file (setup + call + teardown, junit) of one
-# `make test` on the 2-core AMD EPYC, 2026-12-07, on a machine shared with other jobs (about
-# three times the unloaded times; only the order matters).
+# The heaviest test files first: seconds per file (setup + call + teardown) of one `make test`
+# on the 2-core AMD EPYC, 2026-12-07, the machine otherwise idle (only the order matters).
 # `make test` runs `--dist loadfile --no-loadscope-reorder`, so xdist hands files to the two
 # workers in collection order: longest first, the many short files fill in at the end, and
 # no long file starts last while the other worker sits idle. The demo sweep's builder
 # (test_report_demo_sweep.py, the session's `demo_sweep`) comes early and the other files
-# reading it (test_serve.py, test_api.py, test_explorer_browser.py) several files later, so
-# the other worker does not wait on its lock. Only the order depends on this list; a stale
+# reading it (test_explorer_browser.py, test_serve.py, test_api.py, ...) several files later,
+# so the other worker does not wait on its lock. Only the order depends on this list; a stale
 # entry costs balance, never a result.
 HEAVY_FIRST = {
-    "tests/test_propositionizer_train.py": 150,
-    "tests/test_decode_speed.py": 131,
-    "tests/search/test_report_demo_sweep.py": 91,
-    "tests/test_pipelines.py": 108,
-    "tests/test_benchmarks.py": 71,
-    "tests/test_generate.py": 62,
-    "tests/test_squad_train.py": 61,
-    "tests/test_encode.py": 58,
-    "tests/test_docs.py": 55,
-    "tests/test_runtimes.py": 49,
-    "tests/test_copy_bf16.py": 48,
-    "tests/search/test_serve.py": 46,
-    "tests/test_analysis_e2e.py": 36,
-    "tests/test_copy_student.py": 33,
-    "tests/test_context_inputs.py": 32,
-    "tests/test_config_schemas.py": 29,
-    "tests/test_pair_sources.py": 29,
-    "tests/test_formats_matrix.py": 27,
-    "tests/test_units.py": 26,
-    "tests/test_late_chunking.py": 23,
-    "tests/test_qa_pipeline.py": 22,
-    "tests/test_logging_quiet.py": 19,
-    "tests/test_set_f1.py": 17,
-    "tests/search/test_api.py": 17,
-    "tests/test_untrusted_bytes.py": 15,
-    "tests/search/test_explorer_browser.py": 15,
+    "tests/test_propositionizer_train.py": 40,
+    "tests/test_decode_speed.py": 37,
+    "tests/test_pipelines.py": 30,
+    "tests/search/test_report_demo_sweep.py": 26,
+    "tests/test_benchmarks.py": 23,
+    "tests/test_squad_train.py": 23,
+    "tests/test_docs.py": 18,
+    "tests/test_copy_student.py": 15,
+    "tests/test_runtimes.py": 14,
+    "tests/search/test_explorer_browser.py": 13,
+    "tests/test_formats_matrix.py": 13,
+    "tests/test_context_inputs.py": 12,
+    "tests/test_copy_bf16.py": 11,
+    "tests/test_config_schemas.py": 10,
+    "tests/test_generate.py": 10,
+    "tests/search/test_serve.py": 10,
+    "tests/test_analysis_e2e.py": 10,
+    "tests/test_teacher.py": 10,
+    "tests/test_encode.py": 9,
+    "tests/test_preflight.py": 9,
+    "tests/test_qa_pipeline.py": 9,
+    "tests/test_late_chunking.py": 8,
+    "tests/test_units.py": 8,
+    "tests/test_set_f1.py": 7,
+    "tests/test_propositions_report.py": 7,
+    "tests/test_query_cache.py": 6,
+    "tests/test_untrusted_bytes.py": 6,
 }
 
 
