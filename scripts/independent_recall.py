@@ -36,7 +36,7 @@ exits 1 when a cell differs by more than 0.1 point at k = 5 or 20, 2 when the sw
 hold other questions or passages than this corpus. Full size: about 40 minutes on 2 cores
 (almost all of it encoding 90k units, 7.4k passages late and 25k queries: densex's sweep
 encodes the same texts in that time on the 2-core AMD EPYC); with `--cache` a rerun takes a few
-minutes (the search and `has_answers`). Progress goes to stderr every ~10 s.
+minutes (the search and `has_answers`). Progress is logged every ~10 s (densex's `Progress`).
 """
 
 from __future__ import annotations
@@ -56,6 +56,10 @@ from types import ModuleType
 
 import numpy as np
 
+from densex.utils.io import read_jsonl
+from densex.utils.logging import setup_logging
+from densex.utils.progress import Progress
+
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT.parent / "shared" / "data" / "squad-train"
 KS = (1, 5, 20)
@@ -70,39 +74,6 @@ MEMBERS = ("passage", "sentence", "proposition")
 CELLS = (*MEMBERS, "sentence-late", "mixed")
 
 
-# --- progress -----------------------------------------------------------------------------------
-
-
-class Progress:
-    """A step's progress on stderr: a line every `every` seconds, and one when it ends."""
-
-    def __init__(self, what: str, total: int, every: float = 10.0) -> None:
-        self.what, self.total, self.every = what, total, every
-        self.done = 0
-        self.start = self.last = time.monotonic()
-
-    def update(self, n: int) -> None:
-        self.done += n
-        now = time.monotonic()
-        if now - self.last >= self.every and self.done < self.total:
-            self.last = now
-            rate = self.done / (now - self.start)
-            left = (self.total - self.done) / rate if rate else float("nan")
-            print(
-                f"{self.what}: {self.done:,}/{self.total:,} ({100 * self.done / self.total:.0f}%),"
-                f" {now - self.start:.0f} s elapsed, ~{left:.0f} s left",
-                file=sys.stderr,
-                flush=True,
-            )
-
-    def close(self) -> None:
-        print(
-            f"{self.what}: {self.total:,} in {time.monotonic() - self.start:.1f} s",
-            file=sys.stderr,
-            flush=True,
-        )
-
-
 # --- the shared files ---------------------------------------------------------------------------
 
 
@@ -110,11 +81,6 @@ class Progress:
 class Corpus:
     passages: list[dict]  # {"id", "title", "text"}, in passages.jsonl order
     questions: list[dict]  # {"id", "question", "answers"}, in questions.jsonl order
-
-
-def read_jsonl(path: Path) -> list[dict]:
-    with path.open(encoding="utf-8") as f:
-        return [json.loads(line) for line in f if line.strip()]
 
 
 def load_corpus(data: Path, titles: Sequence[str] | None) -> Corpus:
@@ -158,17 +124,16 @@ def sentence_spans(passages: list[dict]) -> list[list[tuple[int, int]]]:
     nlp = spacy.blank("en")
     nlp.add_pipe("sentencizer")
     out = []
-    progress = Progress("sentences", len(passages))
-    for doc in nlp.pipe((p["text"] for p in passages), batch_size=256):
-        spans = []
-        for s in doc.sents:
-            t = s.text
-            lead, core = len(t) - len(t.lstrip()), t.strip()
-            if core:
-                spans.append((s.start_char + lead, s.start_char + lead + len(core)))
-        out.append(spans)
-        progress.update(1)
-    progress.close()
+    with Progress("sentences", total=len(passages), unit="passages") as progress:
+        for doc in nlp.pipe((p["text"] for p in passages), batch_size=256):
+            spans = []
+            for s in doc.sents:
+                t = s.text
+                lead, core = len(t) - len(t.lstrip()), t.strip()
+                if core:
+                    spans.append((s.start_char + lead, s.start_char + lead + len(core)))
+            out.append(spans)
+            progress.advance(1)
     return out
 
 
@@ -208,15 +173,14 @@ def st_encode(model, texts: list[str], what: str) -> np.ndarray:
     order = np.argsort([-len(t) for t in texts], kind="stable")
     dim = getattr(model, "get_embedding_dimension", model.get_sentence_embedding_dimension)()
     out = np.empty((len(texts), dim), dtype=np.float32)
-    progress = Progress(f"encode {what}", len(texts))
-    for i in range(0, len(texts), ENCODE_CHUNK):
-        idx = order[i : i + ENCODE_CHUNK]
-        out[idx] = model.encode(
-            [texts[j] for j in idx], batch_size=BATCH, normalize_embeddings=True,
-            convert_to_numpy=True, show_progress_bar=False,
-        )  # fmt: skip
-        progress.update(len(idx))
-    progress.close()
+    with Progress(f"encode {what}", total=len(texts), unit="texts") as progress:
+        for i in range(0, len(texts), ENCODE_CHUNK):
+            idx = order[i : i + ENCODE_CHUNK]
+            out[idx] = model.encode(
+                [texts[j] for j in idx], batch_size=BATCH, normalize_embeddings=True,
+                convert_to_numpy=True, show_progress_bar=False,
+            )  # fmt: skip
+            progress.advance(len(idx))
     return out
 
 
@@ -258,27 +222,28 @@ def late_encode(
     starts = np.concatenate([[0], np.cumsum([len(s) for s in spans])])
     out = np.zeros((int(starts[-1]), hidden), dtype=np.float32)
     order = np.argsort([-len(p["text"]) for p in passages], kind="stable")
-    progress = Progress("encode sentence-late (passages)", len(passages))
-    for i in range(0, len(order), LATE_BATCH):
-        rows = order[i : i + LATE_BATCH]
-        inputs = [f"{passages[r]['title']} {passages[r]['text']}" for r in rows]
-        enc = tok(
-            inputs, max_length=WINDOW, truncation=True, stride=OVERLAP, padding=True,
-            return_overflowing_tokens=True, return_offsets_mapping=True, return_tensors="pt",
-        )  # fmt: skip
-        sample = enc.pop("overflow_to_sample_mapping").numpy()
-        offsets = enc.pop("offset_mapping").numpy()
-        with torch.inference_mode():
-            states = model(**enc).last_hidden_state.float().numpy()
-        for b, r in enumerate(rows):
-            shift = len(passages[r]["title"]) + 1
-            windows = np.flatnonzero(sample == b)
-            span = np.asarray(spans[r], dtype=np.int64).reshape(-1, 2) + shift
-            out[starts[r] : starts[r + 1]] = late_passage(
-                offsets[windows], states[windows], span, hidden
-            )
-        progress.update(len(rows))
-    progress.close()
+    with Progress(
+        "encode sentence-late (passages)", total=len(passages), unit="passages"
+    ) as progress:
+        for i in range(0, len(order), LATE_BATCH):
+            rows = order[i : i + LATE_BATCH]
+            inputs = [f"{passages[r]['title']} {passages[r]['text']}" for r in rows]
+            enc = tok(
+                inputs, max_length=WINDOW, truncation=True, stride=OVERLAP, padding=True,
+                return_overflowing_tokens=True, return_offsets_mapping=True, return_tensors="pt",
+            )  # fmt: skip
+            sample = enc.pop("overflow_to_sample_mapping").numpy()
+            offsets = enc.pop("offset_mapping").numpy()
+            with torch.inference_mode():
+                states = model(**enc).last_hidden_state.float().numpy()
+            for b, r in enumerate(rows):
+                shift = len(passages[r]["title"]) + 1
+                windows = np.flatnonzero(sample == b)
+                span = np.asarray(spans[r], dtype=np.int64).reshape(-1, 2) + shift
+                out[starts[r] : starts[r + 1]] = late_passage(
+                    offsets[windows], states[windows], span, hidden
+                )
+            progress.advance(len(rows))
     return out
 
 
@@ -325,18 +290,17 @@ def search(
 ) -> dict[str, np.ndarray]:
     """Per cell, each query's top-k passage rows; mixed from the three members' scores."""
     ranked: dict[str, list[np.ndarray]] = {c: [] for c in CELLS}
-    progress = Progress("search", len(q))
-    for i in range(0, len(q), QUERY_BLOCK):
-        block = q[i : i + QUERY_BLOCK]
-        mixed = None
-        for cell, index in indexes.items():
-            best = passage_scores(block, index, n_passages)
-            ranked[cell].append(top_k(best, k))
-            if cell in MEMBERS:
-                mixed = best if mixed is None else np.maximum(mixed, best)
-        ranked["mixed"].append(top_k(mixed, k))
-        progress.update(len(block))
-    progress.close()
+    with Progress("search", total=len(q), unit="queries") as progress:
+        for i in range(0, len(q), QUERY_BLOCK):
+            block = q[i : i + QUERY_BLOCK]
+            mixed = None
+            for cell, index in indexes.items():
+                best = passage_scores(block, index, n_passages)
+                ranked[cell].append(top_k(best, k))
+                if cell in MEMBERS:
+                    mixed = best if mixed is None else np.maximum(mixed, best)
+            ranked["mixed"].append(top_k(mixed, k))
+            progress.advance(len(block))
     return {c: np.concatenate(r) for c, r in ranked.items()}
 
 
@@ -379,14 +343,13 @@ class Judge:
 def first_hits(ranked: np.ndarray, judge: Judge, what: str) -> np.ndarray:
     """Each question's rank (0-based) of its first passage with an answer; len(row) if none."""
     out = np.full(len(ranked), ranked.shape[1], dtype=np.int64)
-    progress = Progress(f"has_answers {what}", len(ranked))
-    for q, row in enumerate(ranked.tolist()):
-        for rank, p in enumerate(row):
-            if judge(q, p):
-                out[q] = rank
-                break
-        progress.update(1)
-    progress.close()
+    with Progress(f"has_answers {what}", total=len(ranked), unit="questions") as progress:
+        for q, row in enumerate(ranked.tolist()):
+            for rank, p in enumerate(row):
+                if judge(q, p):
+                    out[q] = rank
+                    break
+            progress.advance(1)
     return out
 
 
@@ -519,6 +482,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--cache", type=Path, help="keep the independent embeddings here (.npy)")
     ap.add_argument("--data", type=Path, default=DATA, help=f"the shared files (default {DATA})")
     args = ap.parse_args(argv)
+    setup_logging()
     start = time.monotonic()
     corpus, ours = independent_recall(args.data, args.titles, args.cache)
     status = compare(corpus, ours, args.sweep)
