@@ -119,7 +119,7 @@ class ShardedIndex:
         faiss.cvar.distance_compute_blas_threshold = int(
             FAISS_BLAS_THRESHOLD if threshold is None else threshold
         )
-        merged = 0  # shards searched so far: the first needs no merge when already sorted
+        empty = True  # nothing merged yet: a best-first result is the running top-n
         for s_idx, off in enumerate(self.offsets):
             k = min(n, self.ntotals[s_idx])
             if k == 0:
@@ -130,13 +130,13 @@ class ShardedIndex:
                 d, i = searcher.search(q[b : b + bs], k)
                 d = np.where(i >= 0, d, -np.inf).astype(np.float32)
                 i = np.where(i >= 0, i + off, -1)
-                if merged == 0 and is_descending(d):  # what merging into nothing gives
+                if empty and is_descending(d):  # what merging into nothing gives
                     scores[b : b + bs, :k], rows[b : b + bs, :k] = d, i
                 else:
                     scores[b : b + bs], rows[b : b + bs] = merge_top_n(
                         scores[b : b + bs], rows[b : b + bs], d, i, n
                     )
-            merged += 1
+            empty = False
             del shard, searcher  # a memory-mapped shard's pages are released here
         return scores, rows
 
