@@ -281,23 +281,6 @@ def test_novel_label_tokens_weigh_more_in_the_loss(copy_dir):
 
 
 @pytest.mark.parametrize("num_beams", [1, 2])
-def test_prop_bonus_reaches_generation_and_splits_more(copy_dir, sentences, num_beams):
-    """`propositionizer.prop_bonus` goes from the generator through `generate` to every step:
-    a large bonus makes the separator the first token of every output (the untrained head
-    never starts so on its own), a zero bonus is no rule at all."""
-    kw = dict(batch_size=2, max_new_tokens=4, num_beams=num_beams)
-    plain = PropositionGenerator(copy_dir, **kw)
-    plain.setup()
-    prop = plain.model.config.prop_token_id
-    enc = plain.tokenizer(sentences[:2], return_tensors="pt", padding=True)
-    out = plain.model.generate(**enc, max_new_tokens=4, num_beams=num_beams)
-    assert (out[:, 1] != prop).all()
-    assert PropositionGenerator(copy_dir, prop_bonus=0.0, **kw).generate_kwargs["prop_bonus"] == 0
-    bonus = plain.model.generate(**enc, max_new_tokens=4, num_beams=num_beams, prop_bonus=50.0)
-    assert (bonus[:, 1] == prop).all()
-
-
-@pytest.mark.parametrize("num_beams", [1, 2])
 def test_split_bonus_closes_a_proposition_past_split_after(
     copy_dir, sentences, num_beams, monkeypatch
 ):

@@ -19,11 +19,9 @@ likely to be copied again while a subject the target repeats still can be.
 while the open proposition equals one the row has already closed: a student that cannot phrase
 a sentence's next clause as a proposition of its own writes the previous one again (greedy, 58%
 of its propositions were duplicates); under beam search the banned hypothesis gives way to one
-that goes on. `prop_bonus` b adds b to the separator's log-probability at every step (not
-renormalised): a student that writes fewer propositions than its teacher (a whole clause kept
-in one) splits more where it already leans to split. A `shortlist` restricts the vocabulary
-path to the batch's source tokens plus the few the student adds to its sources
-(`with_shortlist`): cheaper steps, outputs that may differ (measured, not assumed).
+that goes on. A `shortlist` restricts the vocabulary path to the batch's source tokens plus
+the few the student adds to its sources (`with_shortlist`): cheaper steps, outputs that may
+differ (measured, not assumed).
 `title_penalty` λ subtracts λ from the log-probability of every word piece of the title that
 the sentence itself lacks (`copy_lm.title_only`): a student that makes the article's title
 the subject of propositions whose sentence is about something else (14% of its propositions
@@ -113,7 +111,6 @@ def decode(
     no_repeat_proposition: bool | None = None,
     lookahead: int | None = None,
     drop_finished: bool = True,
-    prop_bonus: float | None = None,
     shortlist: torch.Tensor | None = None,
     title_penalty: float | None = None,
     end_penalty: float | None = None,
@@ -142,8 +139,7 @@ def decode(
         src["end_words"] = end_words(input_ids, sentence, content_vocab)
         src["end_penalty"] = float(end_penalty)
         src["end_budget"] = END_RATIO * sentence.sum(1) + END_SLACK
-    scalars = ("prop_bonus", prop_bonus), ("context_penalty", context_penalty)
-    for name, value in (*scalars, ("split_bonus", split_bonus)):
+    for name, value in (("context_penalty", context_penalty), ("split_bonus", split_bonus)):
         if value:  # 0 or null: no rule
             src[name] = float(value)
     if coverage_penalty:  # the copy attention summed over the steps so far, per candidate
@@ -249,11 +245,9 @@ def apply_rules(
 ) -> torch.Tensor:
     """Next-token `logp` (R, V) after the tokens `fed` (R, t + 1; each row's first `lengths`,
     default all) with the decoding rules applied: never the padding or the start token, and
-    the `prop_bonus`, `split_bonus`, `title_penalty`, `end_penalty` (and its budget) and the
+    the `split_bonus`, `title_penalty`, `end_penalty` (and its budget) and the
     `no_repeat_ngram_size` and `no_repeat_proposition` bans where they are on."""
     logp[:, [model.config.pad_token_id, model.config.decoder_start_token_id]] = float("-inf")
-    if "prop_bonus" in src:
-        logp[:, model.config.prop_token_id] += src["prop_bonus"]
     if "split_bonus" in src:
         over = (open_length(fed, model.config.prop_token_id, lengths) - SPLIT_AFTER).clamp_min(0)
         logp[:, model.config.prop_token_id] += src["split_bonus"] * over.to(logp.dtype)

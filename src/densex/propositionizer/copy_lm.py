@@ -60,7 +60,7 @@ class CopyLMConfig(BertConfig):
     """BERT's config plus the student's: `use_copy` (False: the plain prefix LM, for the
     ablation), the copy attention's initial scale and n-gram bonus, the proposition
     separator's id, the target segment's token type, the decoding's `no_repeat_ngram_size`,
-    `coverage_penalty`, `no_repeat_proposition`, `prop_bonus`, `title_penalty`, `end_penalty`,
+    `coverage_penalty`, `no_repeat_proposition`, `title_penalty`, `end_penalty`,
     `context_penalty` and `split_bonus` (null: none; `copy_decode.py`), kept here because
     config.json travels with an export, the training's `coverage_loss` weight (0: none;
     `coverage_loss`) and `novel_token_weight` (1: every label token weighs the same;
@@ -83,7 +83,6 @@ class CopyLMConfig(BertConfig):
         coverage_loss: float = 0.0,
         no_repeat_proposition: bool | None = None,
         novel_token_weight: float = 1.0,
-        prop_bonus: float | None = None,
         title_penalty: float | None = None,
         end_penalty: float | None = None,
         context_penalty: float | None = None,
@@ -103,7 +102,6 @@ class CopyLMConfig(BertConfig):
         self.coverage_loss = coverage_loss
         self.no_repeat_proposition = no_repeat_proposition
         self.novel_token_weight = novel_token_weight
-        self.prop_bonus = prop_bonus
         self.title_penalty = title_penalty
         self.end_penalty = end_penalty
         self.context_penalty = context_penalty
@@ -408,7 +406,6 @@ class CopyPrefixLM(BertPreTrainedModel):
         no_repeat_ngram_size: int | None = None,
         coverage_penalty: float | None = None,
         no_repeat_proposition: bool | None = None,
-        prop_bonus: float | None = None,
         lookahead: int | None = None,
         drop_finished: bool = True,
         shortlist: torch.Tensor | None = None,
@@ -429,7 +426,6 @@ class CopyPrefixLM(BertPreTrainedModel):
             "no_repeat_ngram_size": no_repeat_ngram_size,
             "coverage_penalty": coverage_penalty,
             "no_repeat_proposition": no_repeat_proposition,
-            "prop_bonus": prop_bonus,
             "title_penalty": title_penalty,
             "end_penalty": end_penalty,
             "context_penalty": context_penalty,

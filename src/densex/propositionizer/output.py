@@ -49,7 +49,6 @@ def manifest_path(out_path: str | os.PathLike) -> Path:
 def _resolve_all(
     units: Sequence[Record], owners: Sequence[int], raws: Sequence[str | None],
     fallback: str, spacy_model: str | None, limits: ParseLimits, min_shared: int = 0,
-    min_own_share: float = 0.0, min_new_words: int = 0,
 ) -> Iterator[tuple[Record, int, Resolved]]:  # fmt: skip
     """(unit, its passage index, its resolved output) for every raw output; a parse error
     names the unit."""
@@ -58,9 +57,8 @@ def _resolve_all(
         try:
             title = unit.get("title") or ""
             resolved = resolve_output(
-                raw, unit["text"], fallback, split, limits, title=title, min_shared=min_shared,
-                min_own_share=min_own_share, min_new_words=min_new_words,
-            )  # fmt: skip
+                raw, unit["text"], fallback, split, limits, title=title, min_shared=min_shared
+            )
         except Exception as e:
             raise ValueError(f"passage {unit['id']!r}: parsing its output failed: {e}") from e
         yield unit, owner, resolved
@@ -76,8 +74,6 @@ def write_propositions(
     units: Sequence[Record] | None = None,
     owners: Sequence[int] | None = None,
     min_shared_words: int = 0,
-    min_own_share: float = 0.0,
-    min_new_words: int = 0,
     **manifest: Any,
 ) -> ParseStats:
     """Parse every raw output (with fallbacks, within `limits`) and write the propositions
@@ -86,8 +82,7 @@ def write_propositions(
     One row per passage, in passage order. `raws` are the outputs of `units` (default: the
     passages; `owners[i]`: unit i's passage, `sentence_inputs.py`), each parsed and falling
     back on its own text; parse counts are per unit (`outputs`), rejected ids logged. The
-    filters `min_shared_words`, `min_own_share` and `min_new_words` drop propositions as
-    `resolve.supported` says.
+    filter `min_shared_words` drops propositions as `resolve.supported` says.
     """
     units = passages if units is None else units
     owners = range(len(passages)) if owners is None else owners
@@ -96,7 +91,7 @@ def write_propositions(
     limits = limits or ParseLimits()
     rows: list[Record] = [{"id": p["id"], "propositions": []} for p in passages]
     stats, rejected_ids = ParseStats(), []
-    parse = (fallback, spacy_model, limits, min_shared_words, min_own_share, min_new_words)
+    parse = (fallback, spacy_model, limits, min_shared_words)
     for unit, owner, resolved in _resolve_all(units, owners, raws, *parse):
         if resolved.result.rejected:
             rejected_ids.append(unit["id"])

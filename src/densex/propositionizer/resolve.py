@@ -84,39 +84,15 @@ class Resolved:
     reason: str | None = None  # why: "unparseable" | "empty" | "rejected"
 
 
-def supported(
-    propositions: list[str],
-    text: str,
-    title: str,
-    min_shared: int,
-    min_own_share: float = 0.0,
-    min_new_words: int = 0,
-) -> list[str]:
+def supported(propositions: list[str], text: str, title: str, min_shared: int) -> list[str]:
     """The propositions sharing at least `min_shared` content words with `text` (the input
-    they were written for), the title's words left out: a degenerate output ("The Immune
-    system is a a a.", the title copied over and over) shares none. With `min_own_share`,
-    also at least that share of the proposition's own content words (title words left out):
-    a proposition copied from the read-only context ("Louis Pouzin was a French research
-    network." for "Concepts of this network influenced later ARPANET architecture.") is
-    mostly words of another sentence, while a decontextualised one adds a few. With
-    `min_new_words`, also at least that many content words that no proposition kept before it
-    has (title words count): a restatement ("The V&A is a public body." after "The V&A museum
-    is a public body sponsored by the Department.") says nothing new and spends the reader's
-    word budget."""
-    if min_shared <= 0 and min_own_share <= 0 and min_new_words <= 0:
+    they were written for), the title's words left out (`min_shared` 0: all): a degenerate
+    output ("The Immune system is a a a.", the title copied over and over) shares none."""
+    if min_shared <= 0:
         return propositions
     title_words = content_words(title)
     own = content_words(text) - title_words
-    kept, said = [], set()
-    for p in propositions:
-        every = content_words(p)
-        words = every - title_words
-        shared = len(words & own)
-        new = len(every - said)
-        if shared >= min_shared and shared >= min_own_share * len(words) and new >= min_new_words:
-            kept.append(p)
-            said |= every
-    return kept
+    return [p for p in propositions if len((content_words(p) - title_words) & own) >= min_shared]
 
 
 def resolve_output(
@@ -127,20 +103,14 @@ def resolve_output(
     limits: ParseLimits | None = None,
     min_shared: int = 0,
     title: str = "",
-    min_own_share: float = 0.0,
-    min_new_words: int = 0,
 ) -> Resolved:
-    """Parse `raw` (within `limits`), keep the `supported` propositions (`min_shared` and
-    `min_own_share`, `min_new_words` 0: all);
+    """Parse `raw` (within `limits`), keep the `supported` propositions (`min_shared` 0: all);
     if nothing usable comes out, use the fallback (and say why: "unparseable", "empty",
     "rejected" or "unsupported")."""
     if fallback not in FALLBACK_MODES:
         raise ValueError(f"unknown fallback {fallback!r}; expected one of {FALLBACK_MODES}")
     result = parse_propositions(raw, limits)
-    kept = supported(
-        list(result.propositions), passage_text, title, min_shared,
-        min_own_share=min_own_share, min_new_words=min_new_words,
-    )  # fmt: skip
+    kept = supported(list(result.propositions), passage_text, title, min_shared)
     if result.ok and kept:
         return Resolved(kept, result)
     reason = "rejected" if result.rejected else "unparseable" if not result.ok else "empty"

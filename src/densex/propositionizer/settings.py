@@ -39,7 +39,6 @@ class PropositionizerSettings(ParseLimits):
 COPY_STUDENT_RULES = (
     "coverage_penalty",
     "no_repeat_proposition",
-    "prop_bonus",
     "title_penalty",
     "end_penalty",
     "context_penalty",
@@ -49,7 +48,7 @@ COPY_STUDENT_RULES = (
 # published keys)
 DECODING_RULES = ("no_repeat_ngram_size", *COPY_STUDENT_RULES)
 # ModelSettings' proposition filters, applied when the outputs are parsed (`resolve.supported`)
-PARSE_FILTERS = ("min_shared_words", "min_own_share", "min_new_words")
+PARSE_FILTERS = ("min_shared_words",)
 # The model backend's behaviour version: bump it when a change to the code makes it write other
 # tokens or propositions under the same settings (a decoding rule's arithmetic, a filter's test).
 # The propositions and shard keys hold it (from 1 on: the keys of version 0, all code up to its
@@ -81,9 +80,6 @@ class ModelSettings(PropositionizerSettings):
     coverage_penalty: float | None = None
     # the copy student only: never close a proposition equal to one already written
     no_repeat_proposition: bool | None = None
-    # the copy student only: add this to the log-probability of the proposition separator at
-    # every step (> 0: a sentence is split into more, shorter propositions)
-    prop_bonus: float | None = None
     # the copy student only: subtract this from the log-probability of each title word piece
     # that the sentence lacks (copy_lm.title_only), at every step
     title_penalty: float | None = None
@@ -113,13 +109,6 @@ class ModelSettings(PropositionizerSettings):
     # with the text it was written for (its sentence, per sentence): degenerate outputs that
     # copy the title over and over; 0: keep every parsed proposition
     min_shared_words: int = 0
-    # drop a proposition less than this share of whose content words (title words left out)
-    # are in the text it was written for: per sentence with context, a proposition copied
-    # from the context; 0: no such rule
-    min_own_share: float = 0.0
-    # drop a proposition that adds fewer than this many content words to the propositions
-    # kept before it in the same output (a restatement); 0: no such rule
-    min_new_words: int = 0
     # the copy student's greedy: source tokens drafted and verified per step (exact: the same
     # tokens as one a step); null: copy_decode's default (0: one token a step, the fastest
     # measured; docs/propositionizer.md)
