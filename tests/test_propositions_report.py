@@ -116,6 +116,48 @@ def test_parse_outcomes_from_the_shards(tmp_path):
     assert parse_outcomes(tmp_path / "plain.jsonl", preds) is None
 
 
+def test_parse_outcomes_of_a_sentence_whose_propositions_were_all_filtered(tmp_path):
+    """Per sentence with `min_shared_words`: a sentence whose parsed propositions share no word
+    with it is replaced by its own text; the parse still counts as done (reason "unsupported").
+    Shards that do not match stay unknown: an output left over, a replaced output without the
+    filter, or more sentences read as filtered away than the generation counted."""
+    passages = [{"id": f"{a}#0", "title": a, "text": "Kessingbury has a mill. The mill burned."}
+                for a in ("a", "b")]  # fmt: skip
+    units = [{"id": f"{p['id']}::s{i}", "title": p["title"], "text": t} for p in passages
+             for i, t in enumerate(("Kessingbury has a mill.", "The mill burned."))]  # fmt: skip
+    raws = ['["Kessingbury has a mill."]', '["Zebras graze quietly."]'] + [
+        '["Kessingbury has a mill."]',
+        '["The mill burned down."]',
+    ]
+    shard_dir = tmp_path / "shards" / "k"
+    shard_dir.mkdir(parents=True)
+    rows = [{"id": u["id"], "raw": r, "cut": False} for u, r in zip(units, raws)]
+    (shard_dir / "shard-00000.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out = tmp_path / "propositions.jsonl"
+
+    def write(min_shared: int) -> None:
+        settings = {"per_sentence": True, "min_shared_words": min_shared}
+        write_propositions(passages, raws, out, spacy_model="", units=units,
+                           owners=[0, 0, 1, 1], min_shared_words=min_shared, settings=settings,
+                           shards={"dir": str(shard_dir)})  # fmt: skip
+
+    write(1)
+    preds = {r["id"]: r["propositions"] for r in map(json.loads, out.read_text().splitlines())}
+    assert preds == {"a#0": ["Kessingbury has a mill.", "The mill burned."],
+                     "b#0": ["Kessingbury has a mill.", "The mill burned down."]}  # fmt: skip
+    got = parse_outcomes(out, preds)
+    assert [got[p]["fallback_reason"] for p in ("a#0", "b#0")] == ["unsupported", None]
+    assert [got[p]["parse"] for p in ("a#0", "b#0")] == ["strict", "strict"]
+    assert parse_outcomes(out, {**preds, "b#0": preds["b#0"] + ["Left over."]}) is None
+    # b's second output read as filtered away too: 2 such sentences, the generation counted 1
+    assert parse_outcomes(out, {**preds, "b#0": ["Kessingbury has a mill.", "The mill."]}) is None
+    write(0)  # no filter: an output that is not the shard's is stale
+    assert parse_outcomes(out, preds) is None
+    assert parse_outcomes(
+        out, {**preds, "a#0": ["Kessingbury has a mill.", "Zebras graze quietly."]}
+    )
+
+
 # --- the report end to end ------------------------------------------------------------------
 
 

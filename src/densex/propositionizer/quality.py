@@ -82,7 +82,8 @@ def parse_outcomes(
     predictions: Mapping[str, Sequence[str]],
 ) -> dict[str, dict[str, Any]] | None:
     """Per passage id of `predictions`: `{"parse": "strict" | "repaired" | "fallback",
-    "fallback_reason": None | "unparseable" | "empty", "repairs": "a;b", "cut": bool}`,
+    "fallback_reason": None | "unparseable" | "empty" | "unsupported", "repairs": "a;b",
+    "cut": bool}`,
     from the raw outputs in the shards named by the generation manifest beside
     `propositions_path`, parsed again with `parse.parse_propositions`.
 
@@ -105,7 +106,24 @@ def parse_outcomes(
     except DataError as e:
         log.warning("per-passage parse results unknown: unreadable shard (%s)", e)
         return None
-    per_sentence = bool((manifest.get("settings") or {}).get("per_sentence"))
+    settings = manifest.get("settings") or {}
+    out = _outcomes(raws, predictions, bool(settings.get("per_sentence")),
+                    bool(settings.get("min_shared_words")), shard_dir)  # fmt: skip
+    dropped = sum(o["fallback_reason"] == "unsupported" for o in (out or {}).values())
+    if out is not None and dropped > (manifest.get("fallback_reasons") or {}).get("unsupported", 0):
+        out = None  # more inputs read as filtered away than the generation counted
+    if out is None:
+        log.warning("per-passage parse results unknown: the shards of %s do not match %s",
+                    shard_dir, propositions_path)  # fmt: skip
+    return out
+
+
+def _outcomes(
+    raws: Mapping[str, Record], predictions: Mapping[str, Sequence[str]], per_sentence: bool,
+    filtered: bool, shard_dir: Path,
+) -> dict[str, dict[str, Any]] | None:  # fmt: skip
+    """`_outcome` of every passage of `predictions`; None (the passage logged) when one is in
+    no shard or does not match its shard rows."""
     out: dict[str, dict[str, Any]] = {}
     for pid, props in predictions.items():
         rows = [raws[u] for u in passage_units(pid, raws)] if per_sentence else [raws.get(pid)]
@@ -114,39 +132,43 @@ def parse_outcomes(
                 "per-passage parse results unknown: %r is in no shard of %s", pid, shard_dir
             )
             return None
-        outcome = _outcome(rows, props)
+        outcome = _outcome(rows, props, filtered)
         if outcome is None:
-            log.warning(
-                "per-passage parse results unknown: the shards of %s do not match %s (%r)",
-                shard_dir,
-                propositions_path,
-                pid,
-            )
+            log.warning("passage %r does not match its raw outputs in %s", pid, shard_dir)
             return None
         out[pid] = outcome
     return out
 
 
-def _outcome(rows: Sequence[Record], props: Sequence[str]) -> dict[str, Any] | None:
+def _outcome(rows: Sequence[Record], props: Sequence[str], filtered: bool) -> dict[str, Any] | None:
     """A passage's parse outcome from the shard rows of its inputs (one, or one per sentence):
-    the worst input's ("fallback" over "repaired" over "strict"; cut if any was). None when
-    no input fell back and `props` is not their parsed outputs joined, or those with some
-    left out (`min_shared_words` drops degenerate propositions, it never adds or rewrites
-    one): stale shards."""
-    kept: list[str] = []
+    the worst input's ("fallback" over "repaired" over "strict"; cut if any was). `props` must
+    be the inputs' parsed outputs joined, some left out (`min_shared_words` drops degenerate
+    propositions; it never adds or rewrites one), except where an input fell back: its parse
+    failed ("fallback") or, with the filter on (`filtered`), every proposition it parsed to
+    was dropped (its text stands in; the parse counts as done, reason "unsupported"; the
+    inputs after it are not checked). None when that does not hold: stale shards."""
     worst, reason, repairs, exact = "strict", None, [], True
+    rest = iter(props)
     for row in rows:
         result = parse_propositions(row["raw"])
-        used = result.ok and bool(result.propositions)
-        if used:
-            kept += list(result.propositions)
-        else:  # a fallback's propositions come from the text, not the raw output
+        if not (result.ok and result.propositions):  # from the text, not the raw output
             exact = False
             worst, reason = "fallback", "unparseable" if not result.ok else "empty"
-        if used and result.repaired and worst == "strict":
+        elif exact:
+            ahead = list(rest)
+            matched = _matched(ahead, list(result.propositions))
+            if matched:  # what it kept ends at the last match; the next input reads on
+                rest = iter(ahead[matched:])
+            elif filtered:  # all dropped: its text stands in, the rest cannot be aligned
+                exact, reason = False, reason or "unsupported"
+                rest = iter(ahead)
+            else:
+                return None
+        if result.ok and result.repaired and worst == "strict":
             worst = "repaired"
         repairs += result.repairs
-    if exact and not _in_order(props, kept):
+    if exact and next(rest, None) is not None:
         return None
     return {
         "parse": worst,
@@ -156,7 +178,14 @@ def _outcome(rows: Sequence[Record], props: Sequence[str]) -> dict[str, Any] | N
     }
 
 
-def _in_order(short: Sequence[str], long: Sequence[str]) -> bool:
-    """Whether `short` is `long` with some items left out (order kept)."""
-    rest = iter(long)
-    return all(any(x == y for y in rest) for x in short)
+def _matched(props: Sequence[str], parsed: Sequence[str]) -> int:
+    """How many leading items of `props` are `parsed` with some left out (order kept): the
+    longest prefix of `props` that is a subsequence of `parsed`."""
+    n, i = 0, 0
+    for x in props:
+        while i < len(parsed) and parsed[i] != x:
+            i += 1
+        if i == len(parsed):
+            break
+        n, i = n + 1, i + 1
+    return n
