@@ -248,3 +248,49 @@ def test_the_earlier_protocol_is_the_old_squad_open_split(squad_open):
         assert [p["id"] for p in new_split] == [p["id"] for p in old_split]
     assert [len(_titles(x)) for x in old] == [27, 4, 5]
     assert cfg.trainer.val_check_interval == 500
+
+
+def test_learning_curve_counts_each_runs_articles_and_reads_its_exported_step(
+    cfg, splits, tmp_path
+):
+    """`scripts/learning_curve.py`: each run's training articles and passages from its saved
+    config (the splits train.py uses, `data.train_articles` first), the validation of the step
+    it exported (not a later or earlier one), rows by articles, the sentences' row last; a run
+    that has not finished is a DataError naming its summary."""
+    from omegaconf import OmegaConf
+
+    from densex.utils.io import DataError
+
+    spec = importlib.util.spec_from_file_location("learning_curve", SCRIPT.with_name("learning_curve.py"))  # fmt: skip
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    data = OmegaConf.to_container(cfg.data, resolve=True)
+
+    def run(name: str, n: int | None, step: int, r5: float) -> Path:
+        d = tmp_path / name
+        (d / ".hydra").mkdir(parents=True)
+        OmegaConf.save({"data": {**data, "train_articles": n}}, d / ".hydra" / "config.yaml")
+        (d / "train_summary.json").write_text(json.dumps({"best_global_step": step}))
+        for s, value in ((step, r5), (step + 750, 0.0)):  # a later, worse validation is ignored
+            metrics = {"val/ps_set_f1": 0.8, "val/R@1": 70.0, "val/R@5": value, "val/R@20": 97.0,
+                       "val/AR@100": 80.0, "val/props_per_passage": 7.0,
+                       **{f"val/sentence_{k}": 90.0 for k in ("R@1", "R@5", "R@20", "AR@100")}}  # fmt: skip
+            tests = {k: {"diff": -1.0, "ci_low": -2.0, "ci_high": 0.5, "p_randomization": 0.2}
+                     for k in ("R@1", "R@5", "AR@100")}  # fmt: skip
+            out = d / "val_propositions" / f"epoch=003-step={s:06d}.json"
+            out.parent.mkdir(exist_ok=True)
+            out.write_text(json.dumps({"metrics": metrics, "paired_tests": tests}))
+        return d
+
+    runs = [run("all", None, 1500, 93.0), run("few", 27, 1500, 91.0)]
+    assert script.main([str(r) for r in runs] + ["--out", str(tmp_path / "lc" / "curve")]) == 0
+    lines = (tmp_path / "lc" / "curve.md").read_text().splitlines()
+    few = first_articles(splits.train, 27)
+    assert lines[2].startswith(f"| 27 | {len({p['id'] for p in few}):,} | 0.800 | 7.0 | 70.0 (-1.0")
+    assert "| 91.0 (-1.0 [-2.0, +0.5]) |" in lines[2] and "| 93.0 (" in lines[3]
+    assert lines[3].startswith(f"| {len(_titles(splits.train))} | {len({p['id'] for p in splits.train}):,} |")  # fmt: skip
+    assert lines[4] == "| sentences | | | | 90.0 | 90.0 | 90.0 | 90.0 |"
+    assert (tmp_path / "lc" / "curve.png").stat().st_size > 0
+    (runs[0] / "train_summary.json").unlink()
+    with pytest.raises(DataError, match="train_summary.json"):
+        script.run_point(runs[0])
