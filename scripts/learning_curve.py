@@ -107,6 +107,7 @@ def plot(rows: list[dict[str, Any]], out_png: Path) -> None:
         if rows[-1][f"sentence {name}"] is not None:
             ax.axhline(rows[-1][f"sentence {name}"], ls="--", color="tab:orange", label="sentences")
         ax.set_xscale("log")
+        ax.minorticks_off()
         ax.set_xticks(x, [str(v) for v in x])
         ax.set_xlabel("training articles")
         ax.set_title(name)
