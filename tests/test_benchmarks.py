@@ -124,13 +124,14 @@ def test_st_encode_runs_a_backend_in_another_interpreter(tmp_path: Path) -> None
     assert int(np.argmax(vectors @ query)) == 0
 
 
-def test_propositionizer_speed_forces_the_teacher_length(squad_open: Path, tmp_path: Path) -> None:
-    from densex.propositionizer.copy_build import build_copy_lm
-
-    student = build_copy_lm(tmp_path / "student")  # untrained: the timing path, not quality
+def test_propositionizer_speed_forces_the_teacher_length(
+    squad_open: Path, copy_lm_dir: str
+) -> None:
+    # the session's untrained copy student (`build_copy_lm` of the packaged MiniLM, built once
+    # per run, only read here): the timing path, not quality
     out = run_benchmark(
         "propositionizer_speed.py", "student:2", "tiny:2", "--batch", "2", "--student",
-        str(student), "--propositions", str(squad_open / "propositions.jsonl"),
+        copy_lm_dir, "--propositions", str(squad_open / "propositions.jsonl"),
     )  # fmt: skip
     assert re.search(r"^student +2 +[\d.]+ +[\d.]+ +[\d.]+ +[\d,]+$", out, re.M)
     rows = {r["spec"]: r for r in json.loads(out.splitlines()[-1])["rows"]}
