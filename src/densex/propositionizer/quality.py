@@ -111,10 +111,10 @@ def parse_outcomes(
                     bool(settings.get("min_shared_words")), shard_dir)  # fmt: skip
     dropped = sum(o["fallback_reason"] == "unsupported" for o in (out or {}).values())
     if out is not None and dropped > (manifest.get("fallback_reasons") or {}).get("unsupported", 0):
-        out = None  # more inputs read as filtered away than the generation counted
-    if out is None:
-        log.warning("per-passage parse results unknown: the shards of %s do not match %s",
+        log.warning("per-passage parse results unknown: the shards of %s do not match %s (more "
+                    "sentences filtered away than the generation counted)",
                     shard_dir, propositions_path)  # fmt: skip
+        return None
     return out
 
 
@@ -134,7 +134,8 @@ def _outcomes(
             return None
         outcome = _outcome(rows, props, filtered)
         if outcome is None:
-            log.warning("passage %r does not match its raw outputs in %s", pid, shard_dir)
+            log.warning("per-passage parse results unknown: passage %r does not match its raw "
+                        "outputs in %s", pid, shard_dir)  # fmt: skip
             return None
         out[pid] = outcome
     return out
