@@ -280,44 +280,6 @@ def test_novel_label_tokens_weigh_more_in_the_loss(copy_dir):
     assert float(a.loss) != pytest.approx(float(b.loss), rel=1e-3)
 
 
-@pytest.mark.parametrize("num_beams", [1, 2])
-def test_split_bonus_closes_a_proposition_past_split_after(
-    copy_dir, sentences, num_beams, monkeypatch
-):
-    """`propositionizer.split_bonus` reaches every step through the generator and `generate`:
-    with a large bonus the untrained head, which writes no separator on its own, closes its
-    proposition at the first piece past `SPLIT_AFTER`; greedy's tokens before it are
-    untouched; zero is no rule. (`SPLIT_AFTER` lowered to 3: the untrained head ends within
-    20 tokens.)"""
-    from densex.propositionizer import copy_decode
-
-    monkeypatch.setattr(copy_decode, "SPLIT_AFTER", 3)
-    n = 4  # the pieces of a proposition the bonus lets through
-    kw = dict(batch_size=2, max_new_tokens=2 * n + 4, num_beams=num_beams)
-    plain = PropositionGenerator(copy_dir, **kw)
-    plain.setup()
-    prop = plain.model.config.prop_token_id
-    enc = plain.tokenizer(sentences[:2], return_tensors="pt", padding=True)
-    args = {k: kw[k] for k in ("max_new_tokens", "num_beams")}  # generate's share of them
-    out = plain.model.generate(**enc, **args)
-    assert out.shape[1] > 2 * n + 2 and not (out[:, 1:] == prop).any()
-    assert PropositionGenerator(copy_dir, split_bonus=0.0, **kw).generate_kwargs["split_bonus"] == 0
-    split = plain.model.generate(**enc, **args, split_bonus=100.0)
-    assert (split[:, n + 1] == prop).all()  # closed at the first piece past the limit
-    if num_beams == 1:  # short of the limit greedy is untouched (a beam may rank paths anew)
-        assert (split[:, 1 : n + 1] == out[:, 1 : n + 1]).all()
-
-
-def test_open_length_counts_from_the_last_separator():
-    """`copy_decode.open_length`: the tokens written since the row's last separator (or its
-    start token), within each row's own length when `lengths` is given."""
-    from densex.propositionizer.copy_decode import open_length
-
-    fed = torch.tensor([[0, 5, 6, 9, 7, 8], [0, 9, 9, 1, 2, 3], [0, 1, 2, 3, 4, 5]])
-    assert open_length(fed, 9).tolist() == [2, 3, 5]
-    assert open_length(fed, 9, torch.tensor([3, 2, 4])).tolist() == [2, 0, 3]
-
-
 def test_title_penalty_marks_the_title_pieces_the_sentence_lacks(copy_dir):
     """`copy_lm.title_only`: the title's word pieces absent from the sentence (not from
     the context), none for a title with a colon of its own (where the title is read to end)."""

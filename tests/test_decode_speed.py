@@ -213,17 +213,13 @@ def test_beam_search_moves_only_the_targets_positions(student, batch, monkeypatc
     assert not _same(_generate(model, batch, num_beams=2, **RULES["all"]), fast)
 
 
-def test_the_cheaper_paths_keep_the_end_title_context_and_split_rules(
-    student, batch, monkeypatch, reference
-):
-    """The end penalty (its budget included), the title and the context penalties and the
-    split bonus (its limit lowered to 6 pieces, within the untrained head's outputs) under
+def test_the_cheaper_paths_keep_the_end_title_and_context_rules(student, batch, reference):
+    """The end penalty (its budget included), the title and the context penalties under
     greedy lookahead, row dropping and beam search's dropping: the plain loop's tokens."""
-    monkeypatch.setattr(copy_decode, "SPLIT_AFTER", 6)
     model = student[0]
     rules = dict(
         end_penalty=5.0, content_vocab=content_vocab(student[1]), title_penalty=2.0,
-        context_penalty=1.0, coverage_penalty=2.0, no_repeat_proposition=True, split_bonus=0.5,
+        context_penalty=1.0, coverage_penalty=2.0, no_repeat_proposition=True,
     )  # fmt: skip
     plain = _generate(model, batch, lookahead=0, drop_finished=False, **rules)
     # the plain loop without rules (lookahead 0, no dropping): the module's reference

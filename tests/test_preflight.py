@@ -164,7 +164,6 @@ def test_train_help_lists_exactly_the_groups_train_reads(repo_root):
         "no_repeat_proposition=true",
         "title_penalty=2",
         "end_penalty=2",
-        "split_bonus=0.5",
     ],
 )
 def test_a_copy_student_rule_on_another_model_names_the_key(repo_root, tiny_t5, tmp_path, rule):

@@ -41,11 +41,6 @@ a sentence whose words the student cannot place would otherwise run to `max_new_
 of an earlier sentence in place of its own sentence's ("entrance to the V&A is located in the
 Brompton district" for "entrance to the V&A has been free since 2001") copies from its own
 sentence first, while an antecedent it needs can still come from the context.
-`split_bonus` δ adds δ times the word pieces the open proposition holds beyond `SPLIT_AFTER`
-to the separator's log-probability (`open_length`): beam search favours copying a long
-sentence whole over restating its subject for a second proposition (12% of the student's
-propositions on the validation articles are over 25 words, 2% of the teacher's), and the bonus
-grows with every piece until the proposition is closed where the model already leans to.
 
 Cheaper, same tokens (`benchmarks/propositionizer_speed.py` measures both): greedy leaves
 finished rows out of the batch (`DROP_FRACTION`) and, when asked (`lookahead` k > 0; off by
@@ -79,7 +74,6 @@ __all__ = [
     "decode",
     "decode_step",
     "end_words",
-    "open_length",
     "unsaid_share",
 ]
 
@@ -93,10 +87,6 @@ LOOKAHEAD = 0
 # the teacher's propositions of a validation sentence are at most 2.7 times its words (99th
 # percentile 2.1)
 END_RATIO, END_SLACK = 3, 8
-# with the split bonus, the separator gains from this many word pieces of an open proposition on:
-# the 90th percentile of the teacher's propositions of the training articles (17 pieces the
-# median, 30 the 95th percentile; the student's tokenizer)
-SPLIT_AFTER = 27
 DROP_FRACTION = 0.125  # finished rows are dropped once they are this share of the batch
 
 
@@ -116,7 +106,6 @@ def decode(
     end_penalty: float | None = None,
     content_vocab: torch.Tensor | None = None,
     context_penalty: float | None = None,
-    split_bonus: float | None = None,
 ) -> torch.Tensor:
     """Generated ids (B, 1 + n) for each source row (module docstring). Greedy decoding
     verifies up to `lookahead` drafted source tokens per step (None: `LOOKAHEAD`, off; 0: one
@@ -139,9 +128,8 @@ def decode(
         src["end_words"] = end_words(input_ids, sentence, content_vocab)
         src["end_penalty"] = float(end_penalty)
         src["end_budget"] = END_RATIO * sentence.sum(1) + END_SLACK
-    for name, value in (("context_penalty", context_penalty), ("split_bonus", split_bonus)):
-        if value:  # 0 or null: no rule
-            src[name] = float(value)
+    if context_penalty:  # 0 or null: no rule
+        src["context_penalty"] = float(context_penalty)
     if coverage_penalty:  # the copy attention summed over the steps so far, per candidate
         src["coverage"] = torch.zeros(src["copy_ids"].shape, device=input_ids.device)
         src["coverage_penalty"] = float(coverage_penalty)
@@ -198,18 +186,6 @@ def sentence_mask(model: Any, input_ids: torch.Tensor) -> torch.Tensor:
     return model.content_mask(input_ids) & ~torch.isin(input_ids, input_ids.new_tensor(special))
 
 
-def open_length(
-    fed: torch.Tensor, separator: int, lengths: torch.Tensor | None = None
-) -> torch.Tensor:
-    """(R,) the tokens each row of `fed` (R, t + 1; column 0 the start token; each row's first
-    `lengths`, default all) has written since its last `separator` (or since the start)."""
-    cols = torch.arange(fed.shape[1], device=fed.device)[None, :]
-    end = torch.full_like(fed[:, 0], fed.shape[1]) if lengths is None else lengths
-    mark = ((fed == separator) | (cols == 0)) & (cols < end[:, None])
-    last = torch.where(mark, cols, 0).amax(1)
-    return end - 1 - last
-
-
 def unsaid_share(words: torch.Tensor, fed: torch.Tensor, lengths: torch.Tensor | None = None):
     """(R,) the share of each row's `words` (R, W; -1 padding, `end_words`) absent from its
     tokens `fed` (R, t + 1; each row's first `lengths`, default all); 0 for a row without
@@ -245,12 +221,9 @@ def apply_rules(
 ) -> torch.Tensor:
     """Next-token `logp` (R, V) after the tokens `fed` (R, t + 1; each row's first `lengths`,
     default all) with the decoding rules applied: never the padding or the start token, and
-    the `split_bonus`, `title_penalty`, `end_penalty` (and its budget) and the
+    the `title_penalty`, `end_penalty` (and its budget) and the
     `no_repeat_ngram_size` and `no_repeat_proposition` bans where they are on."""
     logp[:, [model.config.pad_token_id, model.config.decoder_start_token_id]] = float("-inf")
-    if "split_bonus" in src:
-        over = (open_length(fed, model.config.prop_token_id, lengths) - SPLIT_AFTER).clamp_min(0)
-        logp[:, model.config.prop_token_id] += src["split_bonus"] * over.to(logp.dtype)
     if "title_penalty" in src:
         logp.scatter_add_(1, src["title_ids"], -src["title_penalty"])
     rows = () if lengths is None else (lengths,)  # the one-token loop's calls stay as they were

@@ -60,8 +60,8 @@ class CopyLMConfig(BertConfig):
     """BERT's config plus the student's: `use_copy` (False: the plain prefix LM, for the
     ablation), the copy attention's initial scale and n-gram bonus, the proposition
     separator's id, the target segment's token type, the decoding's `no_repeat_ngram_size`,
-    `coverage_penalty`, `no_repeat_proposition`, `title_penalty`, `end_penalty`,
-    `context_penalty` and `split_bonus` (null: none; `copy_decode.py`), kept here because
+    `coverage_penalty`, `no_repeat_proposition`, `title_penalty`, `end_penalty` and
+    `context_penalty` (null: none; `copy_decode.py`), kept here because
     config.json travels with an export, the training's `coverage_loss` weight (0: none;
     `coverage_loss`) and `novel_token_weight` (1: every label token weighs the same;
     `label_weights`), and the token ids of the source's content marker
@@ -86,7 +86,6 @@ class CopyLMConfig(BertConfig):
         title_penalty: float | None = None,
         end_penalty: float | None = None,
         context_penalty: float | None = None,
-        split_bonus: float | None = None,
         content_marker_ids: list[int] | None = None,
         **kwargs: Any,
     ) -> None:
@@ -105,7 +104,6 @@ class CopyLMConfig(BertConfig):
         self.title_penalty = title_penalty
         self.end_penalty = end_penalty
         self.context_penalty = context_penalty
-        self.split_bonus = split_bonus
 
 
 @dataclass
@@ -413,7 +411,6 @@ class CopyPrefixLM(BertPreTrainedModel):
         end_penalty: float | None = None,
         content_vocab: torch.Tensor | None = None,
         context_penalty: float | None = None,
-        split_bonus: float | None = None,
         **_: Any,
     ) -> torch.Tensor:
         """Greedy (`num_beams` 1) or beam decoding (`copy_decode.decode`); a null decoding rule
@@ -429,7 +426,6 @@ class CopyPrefixLM(BertPreTrainedModel):
             "title_penalty": title_penalty,
             "end_penalty": end_penalty,
             "context_penalty": context_penalty,
-            "split_bonus": split_bonus,
         }
         for name, value in rules.items():  # null: the config's (an export carries them)
             if value is None:

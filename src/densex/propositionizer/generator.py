@@ -74,7 +74,6 @@ class PropositionGenerator(pl.LightningModule):
         title_penalty: float | None = None,
         end_penalty: float | None = None,
         context_penalty: float | None = None,
-        split_bonus: float | None = None,
         shortlist: str | None = None,
         lookahead: int | None = None,
         runtime: str = "torch",
@@ -101,7 +100,6 @@ class PropositionGenerator(pl.LightningModule):
             "title_penalty": title_penalty,
             "end_penalty": end_penalty,
             "context_penalty": context_penalty,
-            "split_bonus": split_bonus,
             "lookahead": lookahead,  # the copy student's; null: its default (copy_decode)
         }
         self.generate_kwargs = {k: v for k, v in rules.items() if v is not None}

@@ -42,7 +42,6 @@ COPY_STUDENT_RULES = (
     "title_penalty",
     "end_penalty",
     "context_penalty",
-    "split_bonus",
 )
 # ModelSettings' decoding rules, passed to `generate` and keyed only when set (they came after
 # published keys)
@@ -90,10 +89,6 @@ class ModelSettings(PropositionizerSettings):
     # the copy student only: subtract this from the copy score of every title and context
     # position (its own sentence's keep theirs): a sentence's propositions copy from it first
     context_penalty: float | None = None
-    # the copy student only: add this times the open proposition's word pieces beyond
-    # copy_decode.SPLIT_AFTER to the separator's log-probability: a proposition longer than
-    # the teacher's long ones is split (> 0), where short ones are left as they are
-    split_bonus: float | None = None
     # the copy student only: a shortlist file (shortlist.py; scripts/copy_shortlist.py builds
     # it from the training pairs): the vocabulary path writes only its tokens and the batch's
     # source tokens, a cheaper step whose outputs may differ; keyed by the file's content
