@@ -153,7 +153,6 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--beta", type=float, default=1.0, help="the student's coverage penalty")
     ap.add_argument("--no-repeat-proposition", action="store_true", help="the student's rule")
-    ap.add_argument("--title-penalty", type=float, default=None, help="the student's rule")
     ap.add_argument("--end-penalty", type=float, default=None, help="the student's rule")
     ap.add_argument("--context-penalty", type=float, default=None, help="the student's rule")
     ap.add_argument("--shortlist", help="compare: also the student with this shortlist file")
@@ -306,8 +305,6 @@ def compare_student(args, passages, tmp: Path) -> dict:
     rules = {"coverage_penalty": args.beta} if args.beta else {}
     if args.no_repeat_proposition:
         rules["no_repeat_proposition"] = True
-    if args.title_penalty:
-        rules["title_penalty"] = args.title_penalty
     if args.end_penalty:
         from densex.propositionizer.content_pieces import content_vocab
 

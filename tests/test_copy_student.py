@@ -280,32 +280,6 @@ def test_novel_label_tokens_weigh_more_in_the_loss(copy_dir):
     assert float(a.loss) != pytest.approx(float(b.loss), rel=1e-3)
 
 
-def test_title_penalty_marks_the_title_pieces_the_sentence_lacks(copy_dir):
-    """`copy_lm.title_only`: the title's word pieces absent from the sentence (not from
-    the context), none for a title with a colon of its own (where the title is read to end)."""
-    from transformers import AutoTokenizer
-
-    from densex.propositionizer.copy_lm import title_only
-    from densex.propositionizer.pairs import format_source
-
-    tok = AutoTokenizer.from_pretrained(copy_dir)
-    model = load_seq2seq(copy_dir)
-    sources = [
-        format_source("Immune system", "", "Cytokines reach immune cells.", context="The system."),
-        format_source("Rhine", "Course", "It flows north."),
-        format_source("Star Wars: Episode IV", "", "It is a film."),
-    ]
-    enc = tok(sources, return_tensors="pt", padding=True)
-    marked = title_only(enc.input_ids, model.config)
-    words = [tok.convert_ids_to_tokens(r.nonzero().flatten().tolist()) for r in marked]
-    assert words == [["system"], ["rhine"], []]
-    with torch.no_grad():  # a large penalty keeps the title out of the output
-        plain = model.generate(**enc, max_new_tokens=8)
-        held = model.generate(**enc, max_new_tokens=8, title_penalty=100.0)
-    rhine = tok.convert_tokens_to_ids("rhine")
-    assert rhine in plain[1].tolist() and rhine not in held[1].tolist()
-
-
 def test_end_penalty_lowers_the_end_by_the_share_of_the_sentence_unsaid(copy_dir):
     """`end_penalty` ε: the end token's log-probability falls by ε x the share of the sentence's
     content pieces (`copy_decode.end_words`: not its stop words, title or context) that the

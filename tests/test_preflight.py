@@ -162,7 +162,6 @@ def test_train_help_lists_exactly_the_groups_train_reads(repo_root):
     [
         "coverage_penalty=2",
         "no_repeat_proposition=true",
-        "title_penalty=2",
         "end_penalty=2",
     ],
 )

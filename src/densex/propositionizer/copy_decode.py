@@ -22,10 +22,6 @@ of its propositions were duplicates); under beam search the banned hypothesis gi
 that goes on. A `shortlist` restricts the vocabulary path to the batch's source tokens plus
 the few the student adds to its sources (`with_shortlist`): cheaper steps, outputs that may
 differ (measured, not assumed).
-`title_penalty` λ subtracts λ from the log-probability of every word piece of the title that
-the sentence itself lacks (`copy_lm.title_only`): a student that makes the article's title
-the subject of propositions whose sentence is about something else (14% of its propositions
-on the validation articles begin with the title, 1.3% of the teacher's) is held back from it.
 `end_penalty` ε subtracts ε times the share of the sentence's content pieces that the row has
 not written yet from the end token's log-probability (`end_words`; the content pieces are
 those of `content_vocab`, the sentence's words less stop words and punctuation, or without it
@@ -102,7 +98,6 @@ def decode(
     lookahead: int | None = None,
     drop_finished: bool = True,
     shortlist: torch.Tensor | None = None,
-    title_penalty: float | None = None,
     end_penalty: float | None = None,
     content_vocab: torch.Tensor | None = None,
     context_penalty: float | None = None,
@@ -119,10 +114,6 @@ def decode(
     if no_repeat_proposition:
         cfg = model.config
         src["closers"] = (cfg.prop_token_id, cfg.eos_token_id)  # not a tensor: not per row
-    if title_penalty:  # per row: the few title pieces its sentence lacks (weight 0: padding)
-        marked = model.title_pieces(input_ids)
-        weight, src["title_ids"] = marked.topk(max(1, int(marked.sum(1).max())), dim=1)
-        src["title_penalty"] = weight * float(title_penalty)
     if end_penalty:  # per row: the distinct content pieces of its sentence (-1: padding)
         sentence = sentence_mask(model, input_ids)
         src["end_words"] = end_words(input_ids, sentence, content_vocab)
@@ -221,11 +212,9 @@ def apply_rules(
 ) -> torch.Tensor:
     """Next-token `logp` (R, V) after the tokens `fed` (R, t + 1; each row's first `lengths`,
     default all) with the decoding rules applied: never the padding or the start token, and
-    the `title_penalty`, `end_penalty` (and its budget) and the
+    the `end_penalty` (and its budget) and the
     `no_repeat_ngram_size` and `no_repeat_proposition` bans where they are on."""
     logp[:, [model.config.pad_token_id, model.config.decoder_start_token_id]] = float("-inf")
-    if "title_penalty" in src:
-        logp.scatter_add_(1, src["title_ids"], -src["title_penalty"])
     rows = () if lengths is None else (lengths,)  # the one-token loop's calls stay as they were
     if "end_penalty" in src:
         unsaid = unsaid_share(src["end_words"], fed, *rows)

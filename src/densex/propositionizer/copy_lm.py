@@ -49,7 +49,6 @@ __all__ = [
     "coverage_loss",
     "covered_softmax",
     "label_weights",
-    "title_only",
 ]
 
 MODEL_TYPE = COPY_MODEL_TYPE
@@ -60,8 +59,7 @@ class CopyLMConfig(BertConfig):
     """BERT's config plus the student's: `use_copy` (False: the plain prefix LM, for the
     ablation), the copy attention's initial scale and n-gram bonus, the proposition
     separator's id, the target segment's token type, the decoding's `no_repeat_ngram_size`,
-    `coverage_penalty`, `no_repeat_proposition`, `title_penalty`, `end_penalty` and
-    `context_penalty` (null: none; `copy_decode.py`), kept here because
+    `coverage_penalty`, `no_repeat_proposition`, `end_penalty` and `context_penalty` (null: none; `copy_decode.py`), kept here because
     config.json travels with an export, the training's `coverage_loss` weight (0: none;
     `coverage_loss`) and `novel_token_weight` (1: every label token weighs the same;
     `label_weights`), and the token ids of the source's content marker
@@ -83,7 +81,6 @@ class CopyLMConfig(BertConfig):
         coverage_loss: float = 0.0,
         no_repeat_proposition: bool | None = None,
         novel_token_weight: float = 1.0,
-        title_penalty: float | None = None,
         end_penalty: float | None = None,
         context_penalty: float | None = None,
         content_marker_ids: list[int] | None = None,
@@ -101,7 +98,6 @@ class CopyLMConfig(BertConfig):
         self.coverage_loss = coverage_loss
         self.no_repeat_proposition = no_repeat_proposition
         self.novel_token_weight = novel_token_weight
-        self.title_penalty = title_penalty
         self.end_penalty = end_penalty
         self.context_penalty = context_penalty
 
@@ -299,11 +295,6 @@ class CopyPrefixLM(BertPreTrainedModel):
         )
         return out.scatter_(-1, index, mixed)
 
-    def title_pieces(self, input_ids: torch.Tensor) -> torch.Tensor:
-        """`title_only` of these sources under this model's config (the title penalty's
-        word pieces, `copy_decode`)."""
-        return title_only(input_ids, self.config)
-
     def content_mask(self, input_ids: torch.Tensor) -> torch.Tensor:
         """`content_positions` of these sources under this model's config (what the end
         penalty counts, `copy_decode.end_words`)."""
@@ -407,7 +398,6 @@ class CopyPrefixLM(BertPreTrainedModel):
         lookahead: int | None = None,
         drop_finished: bool = True,
         shortlist: torch.Tensor | None = None,
-        title_penalty: float | None = None,
         end_penalty: float | None = None,
         content_vocab: torch.Tensor | None = None,
         context_penalty: float | None = None,
@@ -423,7 +413,6 @@ class CopyPrefixLM(BertPreTrainedModel):
             "no_repeat_ngram_size": no_repeat_ngram_size,
             "coverage_penalty": coverage_penalty,
             "no_repeat_proposition": no_repeat_proposition,
-            "title_penalty": title_penalty,
             "end_penalty": end_penalty,
             "context_penalty": context_penalty,
         }
@@ -493,27 +482,6 @@ def covered_softmax(scores: torch.Tensor, src: dict) -> torch.Tensor:
         trace.append(coverage)
     src["coverage"], src["coverage_trace"] = coverage, torch.stack(trace, 1)
     return torch.stack(weights, 1)
-
-
-def title_only(input_ids: torch.Tensor, config: Any) -> torch.Tensor:
-    """(B, V) float: 1 at each word piece of a row's title that its content (the sentence,
-    `copy_lm.content_positions`) lacks, else 0. The title is read off the source format
-    `[CLS] title : {title} . section : ...` (`pairs.format_source`): from position 3 to the
-    token before the first marker word (a token followed by the `:` of position 2); a title
-    with a colon of its own ends there."""
-    b, s = input_ids.shape
-    out = torch.zeros(b, config.vocab_size, device=input_ids.device)
-    if s < 6:
-        return out
-    colon = input_ids[:, 2:3]
-    marker = (input_ids[:, 4:] == colon).float().argmax(1) + 3  # the word before that colon
-    pos = torch.arange(s, device=input_ids.device)[None, :]
-    title = (pos >= 3) & (pos < marker[:, None] - 1)  # the "." before the marker left out
-    content = content_positions(input_ids, config)
-    in_content = torch.zeros_like(out).scatter_(1, torch.where(content, input_ids, 0), 1.0)
-    out.scatter_(1, torch.where(title, input_ids, 0), 1.0)
-    out[:, 0] = 0.0  # the fill index above
-    return out * (1.0 - in_content)
 
 
 def content_positions(input_ids: torch.Tensor, config: Any) -> torch.Tensor:

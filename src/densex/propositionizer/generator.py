@@ -71,7 +71,6 @@ class PropositionGenerator(pl.LightningModule):
         no_repeat_ngram_size: int | None = None,
         coverage_penalty: float | None = None,
         no_repeat_proposition: bool | None = None,
-        title_penalty: float | None = None,
         end_penalty: float | None = None,
         context_penalty: float | None = None,
         shortlist: str | None = None,
@@ -97,7 +96,6 @@ class PropositionGenerator(pl.LightningModule):
             "no_repeat_ngram_size": no_repeat_ngram_size,
             "coverage_penalty": coverage_penalty,
             "no_repeat_proposition": no_repeat_proposition,
-            "title_penalty": title_penalty,
             "end_penalty": end_penalty,
             "context_penalty": context_penalty,
             "lookahead": lookahead,  # the copy student's; null: its default (copy_decode)

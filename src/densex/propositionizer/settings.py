@@ -39,7 +39,6 @@ class PropositionizerSettings(ParseLimits):
 COPY_STUDENT_RULES = (
     "coverage_penalty",
     "no_repeat_proposition",
-    "title_penalty",
     "end_penalty",
     "context_penalty",
 )
@@ -79,9 +78,6 @@ class ModelSettings(PropositionizerSettings):
     coverage_penalty: float | None = None
     # the copy student only: never close a proposition equal to one already written
     no_repeat_proposition: bool | None = None
-    # the copy student only: subtract this from the log-probability of each title word piece
-    # that the sentence lacks (copy_lm.title_only), at every step
-    title_penalty: float | None = None
     # the copy student only: subtract this times the share of the sentence's content word
     # pieces not yet written from the end token's log-probability (copy_decode.end_words):
     # a sentence is not ended while much of it is unsaid
