@@ -212,8 +212,8 @@ def apply_rules(
 ) -> torch.Tensor:
     """Next-token `logp` (R, V) after the tokens `fed` (R, t + 1; each row's first `lengths`,
     default all) with the decoding rules applied: never the padding or the start token, and
-    the `end_penalty` (and its budget) and the
-    `no_repeat_ngram_size` and `no_repeat_proposition` bans where they are on."""
+    the `end_penalty` (and its budget) and the `no_repeat_ngram_size` and
+    `no_repeat_proposition` bans where they are on."""
     logp[:, [model.config.pad_token_id, model.config.decoder_start_token_id]] = float("-inf")
     rows = () if lengths is None else (lengths,)  # the one-token loop's calls stay as they were
     if "end_penalty" in src:

@@ -59,13 +59,13 @@ class CopyLMConfig(BertConfig):
     """BERT's config plus the student's: `use_copy` (False: the plain prefix LM, for the
     ablation), the copy attention's initial scale and n-gram bonus, the proposition
     separator's id, the target segment's token type, the decoding's `no_repeat_ngram_size`,
-    `coverage_penalty`, `no_repeat_proposition`, `end_penalty` and `context_penalty` (null: none; `copy_decode.py`), kept here because
-    config.json travels with an export, the training's `coverage_loss` weight (0: none;
-    `coverage_loss`) and `novel_token_weight` (1: every label token weighs the same;
-    `label_weights`), and the token ids of the source's content marker
-    (`pairs.CONTENT_MARKER`): coverage (penalty and loss) counts only the source positions
-    after its last occurrence, so read-only context and the title may be copied at will
-    (null, or no marker in a source: every position counts)."""
+    `coverage_penalty`, `no_repeat_proposition`, `end_penalty` and `context_penalty` (null:
+    none; `copy_decode.py`), kept here because config.json travels with an export, the
+    training's `coverage_loss` weight (0: none; `coverage_loss`) and `novel_token_weight` (1:
+    every label token weighs the same; `label_weights`), and the token ids of the source's
+    content marker (`pairs.CONTENT_MARKER`): coverage (penalty and loss) counts only the
+    source positions after its last occurrence, so read-only context and the title may be
+    copied at will (null, or no marker in a source: every position counts)."""
 
     model_type = MODEL_TYPE
 
