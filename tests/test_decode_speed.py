@@ -46,7 +46,7 @@ def batch(student, squad_open: Path):
 
 def _generate(model, enc, **kw):
     with torch.no_grad():
-        return model.generate(**enc, max_new_tokens=40, **kw)
+        return model.generate(**enc, max_new_tokens=30, **kw)
 
 
 @pytest.fixture(scope="module")
@@ -144,7 +144,7 @@ def test_row_dropping_check_fails_when_the_wrong_rows_are_kept(
 ):
     """Breaking what greedy keeps when it drops finished rows changes its tokens, so the
     exactness check above reads the rows dropping keeps. It does drop: one ended row is
-    DROP_FRACTION of the 8 (without rules one row ends, at step 28 of 40, and 7 survive; with
+    DROP_FRACTION of the 8 (without rules one row ends, at step 28 of 30, and 7 survive; with
     them three rows end and the batch is cut three times)."""
     model = student[0]
     plain = reference("greedy", rules)

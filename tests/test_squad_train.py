@@ -12,6 +12,7 @@ text; densex's R@k must equal it within 0.1 point at k = 1, 5, 20.
 
 from __future__ import annotations
 
+import functools
 import json
 from pathlib import Path
 
@@ -122,6 +123,10 @@ def _independent_retrieval(data: Path, minilm_path: str) -> dict[str, tuple]:
     model = SentenceTransformer(minilm_path, device="cpu")
     q = model.encode([x["question"] for x in questions], normalize_embeddings=True)
     tok = SimpleTokenizer()
+    # a (question, passage) pair judged once, whichever granularity ranks the passage
+    judged = functools.cache(
+        lambda q, p: has_answers(passages[p]["text"], questions[q]["answers"], tok)
+    )
     out = {}
     for g, (texts, owner) in _independent_units(data, passages).items():
         u = model.encode(texts, normalize_embeddings=True, batch_size=64)
@@ -129,12 +134,7 @@ def _independent_retrieval(data: Path, minilm_path: str) -> dict[str, tuple]:
         best = np.full((len(q), len(passages)), -np.inf, dtype=np.float32)
         np.maximum.at(best.T, np.asarray(owner), scores.T)  # a passage: its best unit
         ranked = np.argsort(-best, axis=1, kind="stable")[:, : max(KS)]
-        hit = np.array(
-            [
-                [has_answers(passages[p]["text"], x["answers"], tok) for p in ranks]
-                for x, ranks in zip(questions, ranked)
-            ]
-        )
+        hit = np.array([[judged(q, int(p)) for p in ranks] for q, ranks in enumerate(ranked)])
         first = np.logical_or.accumulate(hit, axis=1)
         recall = {k: 100.0 * float(first[:, k - 1].mean()) for k in KS}
         ids = [[passages[p]["id"] for p in ranks] for ranks in ranked]
