@@ -125,7 +125,7 @@ def _independent_retrieval(data: Path, minilm_path: str) -> dict[str, tuple]:
     tok = SimpleTokenizer()
     # a (question, passage) pair judged once, whichever granularity ranks the passage
     judged = functools.cache(
-        lambda q, p: has_answers(passages[p]["text"], questions[q]["answers"], tok)
+        lambda qi, pi: has_answers(passages[pi]["text"], questions[qi]["answers"], tok)
     )
     out = {}
     for g, (texts, owner) in _independent_units(data, passages).items():
@@ -134,7 +134,7 @@ def _independent_retrieval(data: Path, minilm_path: str) -> dict[str, tuple]:
         best = np.full((len(q), len(passages)), -np.inf, dtype=np.float32)
         np.maximum.at(best.T, np.asarray(owner), scores.T)  # a passage: its best unit
         ranked = np.argsort(-best, axis=1, kind="stable")[:, : max(KS)]
-        hit = np.array([[judged(q, int(p)) for p in ranks] for q, ranks in enumerate(ranked)])
+        hit = np.array([[judged(qi, int(pi)) for pi in ranks] for qi, ranks in enumerate(ranked)])
         first = np.logical_or.accumulate(hit, axis=1)
         recall = {k: 100.0 * float(first[:, k - 1].mean()) for k in KS}
         ids = [[passages[p]["id"] for p in ranks] for ranks in ranked]
