@@ -103,7 +103,9 @@ class FakeChatServer:
                 )
 
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        # serve_forever polls for shutdown() every poll_interval: at its default 0.5 s each close
+        # waited up to half a second (~8 s of one worker's wall time over this file)
+        self.thread = threading.Thread(target=self.httpd.serve_forever, args=(0.02,), daemon=True)
         self.thread.start()
         self.base_url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
 

@@ -61,7 +61,9 @@ class HostileServer:
 
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.port = self.httpd.server_address[1]
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+        # serve_forever polls for shutdown() every poll_interval: at its default 0.5 s each close
+        # waited up to half a second
+        threading.Thread(target=self.httpd.serve_forever, args=(0.02,), daemon=True).start()
 
     def url(self, userinfo: str | None = None) -> str:
         auth = f"{userinfo}@" if userinfo else ""

@@ -68,6 +68,7 @@ print(*statuses)
 def test_open_index_on_a_built_cache_prints_nothing(demo_sweep, tmp_path):
     """The Python API logs at WARNING unless asked: no faiss loader lines, no preflight or
     units lines, no weight-loading report; `verbose=True` brings the densex lines back, once.
+    Opening and searching the built cache never imports Lightning (only encoding needs it).
     Two fresh interpreters (`FORK_TWO`): the quiet one alone, then the standard way (the level
     the application set) followed by `verbose=True` after the application reset that level."""
     _, cache = demo_sweep
@@ -76,6 +77,8 @@ def test_open_index_on_a_built_cache_prints_nothing(demo_sweep, tmp_path):
                  "granularity=" + ",".join(GRANULARITIES)]  # fmt: skip
     quiet = f"import densex; ix = densex.open_index(*{overrides!r}); ix.compare(['Who?'], k=2)"
     loud = quiet.replace(")", ", verbose=True)", 1)
+    # searching a built cache never imports Lightning (only encoding does: seconds of import)
+    unlit = "; import sys; assert 'pytorch_lightning' not in sys.modules, 'Lightning imported'"
     # the standard way: the `densex` logger's level, set by the application; then that level
     # reset (NOTSET: densex's choice again) and `verbose=True`, after a marker line
     marker = "=== verbose ==="
@@ -87,7 +90,7 @@ def test_open_index_on_a_built_cache_prints_nothing(demo_sweep, tmp_path):
         + loud.removeprefix("import densex; ")
     )
     files = {name: tmp_path / name for name in ("quiet.out", "quiet.err", "asked.out", "asked.err")}
-    argv = [str(files["quiet.out"]), str(files["quiet.err"]), quiet,
+    argv = [str(files["quiet.out"]), str(files["quiet.err"]), quiet + unlit,
             str(files["asked.out"]), str(files["asked.err"]), asked]  # fmt: skip
     proc = subprocess.run([sys.executable, "-c", FORK_TWO, *argv], env=subprocess_env(),
                           capture_output=True, text=True, timeout=600)  # fmt: skip

@@ -21,21 +21,15 @@ import time
 from collections.abc import Sequence
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pytorch_lightning as pl
 import torch
 
 from densex.corpus.units import unit_tables
 from densex.corpus.units_digest import units_digest
 from densex.retrieval.embedding_store import EmbeddingStore, open_embeddings
-from densex.retrieval.encode_data import ShardTexts, UnitsDataModule, shard_claim, shard_written
-from densex.retrieval.encode_lightning import (
-    EmbeddingShardWriter,
-    EncoderModule,
-    units_progress_bar,
-)
+from densex.retrieval.encode_data import ShardTexts, shard_claim, shard_written
 from densex.retrieval.encoders import load_encoder
 from densex.retrieval.late_data import LateShardTexts
 from densex.retrieval.spec import RetrieverSpec
@@ -44,7 +38,9 @@ from densex.utils.io import DataError, read_json, write_json, write_manifest
 from densex.utils.locks import clear_claims, locked, share_pending
 from densex.utils.logging import get_logger
 from densex.utils.shards import plan_shards, shard_stem
-from densex.utils.trainer import predict_trainer
+
+if TYPE_CHECKING:
+    import pytorch_lightning as pl
 
 log = get_logger(__name__)
 
@@ -210,6 +206,15 @@ def _encode_pending(
     """Encode the pending shards this process claims with Lightning predict (each rank claims
     among its shards r, r+world, ...); (the trainer, rows it encoded), after every rank's
     shards are on disk (under ddp_spawn the workers' rows are counted as the pending rows)."""
+    # Lightning only when something is encoded: opening a built cache never imports it (~3 s)
+    from densex.retrieval.encode_lightning import (
+        EmbeddingShardWriter,
+        EncoderModule,
+        UnitsDataModule,
+        units_progress_bar,
+    )
+    from densex.utils.trainer import predict_trainer
+
     log.info(
         "encoding %d units in %d shards with %s (%d shards already done; %d torch threads)",
         sum(e - s for s, e in pending), len(pending), spec.name, n_done, torch.get_num_threads(),

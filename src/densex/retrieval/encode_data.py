@@ -2,10 +2,12 @@
 
 `ShardTexts` reads a shard's units from the memory-mapped unit tables (a path until first used
 in a process, so ddp_spawn pickles no table), formats them for the encoder, orders them longest
-first and records the ones the tokenizer truncates (`trunc-<stem>.json`). `UnitsDataModule`
-gives rank r the pending shards r, r + world, ... (whole shards, so each is written once), as
-batches of `(row, text)` items tokenised in the loader, each shard claimed first
-(`ClaimedUnits`), so other processes encoding the same directory take the other shards.
+first and records the ones the tokenizer truncates (`trunc-<stem>.json`). `ClaimedUnits`
+yields a rank's share of the pending shards (r, r + world, ...: whole shards, so each is
+written once; `encode_lightning.UnitsDataModule` hands it out) as batches of `(row, text)`
+items tokenised in the loader (`_Collate`), each shard claimed first, so other processes
+encoding the same directory take the other shards. Nothing here imports Lightning: opening a
+built cache (search, `serve.py`) never pays its import (seconds).
 A batch never spans two shards: a unit's vector depends on its batch (its padded length, the
 matmul shapes), so batches cut from the shard alone make every shard's bytes the same whatever
 the world size or which shards were already done (2 ranks or a resume equal 1 process byte for
@@ -22,9 +24,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pytorch_lightning as pl
 import torch
-from torch.utils.data import DataLoader, IterableDataset
+from torch.utils.data import IterableDataset
 
 from densex.corpus.columnar import ArrowTable
 from densex.corpus.units import unit_tables
@@ -33,11 +34,11 @@ from densex.retrieval.late import LateContext, tokenize_late
 from densex.utils.io import write_json
 from densex.utils.locks import claim_each
 from densex.utils.logging import get_logger
-from densex.utils.shards import batched, rank_share, shard_stem
+from densex.utils.shards import batched, shard_stem
 
 log = get_logger("densex.retrieval.encode")  # the encoding's log lines keep one name
 
-__all__ = ["ClaimedUnits", "ShardTexts", "UnitsDataModule", "shard_claim", "shard_written"]
+__all__ = ["ClaimedUnits", "ShardTexts", "shard_claim", "shard_written"]
 
 
 class ShardTexts:
@@ -170,33 +171,6 @@ class _Collate:
         features = dict(self.encoder.tokenize([t for _, t in batch]))
         features["rows"] = rows
         return features
-
-
-class UnitsDataModule(pl.LightningDataModule):
-    """Gives rank r the pending shards r, r+world, ... to claim: whole shards, so each is
-    written once."""
-
-    def __init__(
-        self,
-        shards: Sequence[tuple[int, int]],
-        texts: ShardTexts,
-        encoder: TextEncoder,
-        batch_size: int,
-    ) -> None:
-        super().__init__()
-        self.shards, self.texts = list(shards), texts
-        self.encoder, self.batch_size = encoder, batch_size
-
-    def predict_dataloader(self) -> DataLoader:
-        rank, world = self.trainer.global_rank, self.trainer.world_size
-        # each rank claims among its own share (r, r + world, ...); more ranks than pending
-        # shards, or every shard claimed elsewhere: one probe row (never written)
-        mine = rank_share(self.shards, rank, world)
-        dataset = ClaimedUnits(mine, self.texts, self.batch_size, probe=self.shards[:1])
-        # the dataset yields whole batches (cut within a shard): the loader only tokenises them
-        return DataLoader(
-            dataset, batch_size=None, shuffle=False, collate_fn=_Collate(self.encoder)
-        )
 
 
 def _length_order(encoder: Any, texts: Sequence[Any], rows: range) -> tuple[list[int], np.ndarray]:

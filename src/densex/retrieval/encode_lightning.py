@@ -1,6 +1,8 @@
-"""The Lightning side of encoding: the predict module, the shard writer and the progress bar.
+"""The Lightning side of encoding: the predict module, the data module, the shard writer and
+the progress bar (imported only when something is encoded: `retrieval.encode`).
 
-`EncoderModule` turns a batch into `{rows, float32 embeddings}`; `EmbeddingShardWriter`
+`EncoderModule` turns a batch into `{rows, float32 embeddings}`; `UnitsDataModule` gives each
+rank its share of the pending shards (`encode_data.ClaimedUnits`); `EmbeddingShardWriter`
 collects rows per shard and writes a shard (ids, then `.npy`, each atomic) once all its rows
 are encoded; `UnitsProgressBar` is Lightning's rich bar with a units/s column.
 """
@@ -18,15 +20,22 @@ import torch
 from pytorch_lightning.callbacks import BasePredictionWriter, RichProgressBar
 from rich.progress import ProgressColumn
 from rich.text import Text
+from torch.utils.data import DataLoader
 
-from densex.retrieval.encode_data import ShardTexts, shard_claim
+from densex.retrieval.encode_data import ClaimedUnits, ShardTexts, _Collate, shard_claim
 from densex.retrieval.encoders import TextEncoder
 from densex.utils.io import atomic_open, write_json
 from densex.utils.locks import release
 from densex.utils.progress import is_tty
-from densex.utils.shards import shard_stem
+from densex.utils.shards import rank_share, shard_stem
 
-__all__ = ["EmbeddingShardWriter", "EncoderModule", "UnitsProgressBar", "units_progress_bar"]
+__all__ = [
+    "EmbeddingShardWriter",
+    "EncoderModule",
+    "UnitsDataModule",
+    "UnitsProgressBar",
+    "units_progress_bar",
+]
 
 
 class EncoderModule(pl.LightningModule):
@@ -39,6 +48,33 @@ class EncoderModule(pl.LightningModule):
     def predict_step(self, batch: dict[str, Any], batch_idx: int) -> dict[str, torch.Tensor]:
         features = {k: v for k, v in batch.items() if k != "rows"}
         return {"rows": batch["rows"].cpu(), "embeddings": self.encoder(features).float().cpu()}
+
+
+class UnitsDataModule(pl.LightningDataModule):
+    """Gives rank r the pending shards r, r+world, ... to claim: whole shards, so each is
+    written once."""
+
+    def __init__(
+        self,
+        shards: Sequence[tuple[int, int]],
+        texts: ShardTexts,
+        encoder: TextEncoder,
+        batch_size: int,
+    ) -> None:
+        super().__init__()
+        self.shards, self.texts = list(shards), texts
+        self.encoder, self.batch_size = encoder, batch_size
+
+    def predict_dataloader(self) -> DataLoader:
+        rank, world = self.trainer.global_rank, self.trainer.world_size
+        # each rank claims among its own share (r, r + world, ...); more ranks than pending
+        # shards, or every shard claimed elsewhere: one probe row (never written)
+        mine = rank_share(self.shards, rank, world)
+        dataset = ClaimedUnits(mine, self.texts, self.batch_size, probe=self.shards[:1])
+        # the dataset yields whole batches (cut within a shard): the loader only tokenises them
+        return DataLoader(
+            dataset, batch_size=None, shuffle=False, collate_fn=_Collate(self.encoder)
+        )
 
 
 class EmbeddingShardWriter(BasePredictionWriter):
