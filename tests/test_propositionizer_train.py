@@ -31,6 +31,7 @@ from densex.propositionizer.pairs import (
 from densex.propositionizer.sampler import LengthGroupedSampler
 from densex.utils.io import DataError
 from helpers.config import compose_config
+from helpers.score_by_epoch import ScoreByEpoch
 
 
 def _unlocked(names: list[str]) -> list[str]:
@@ -355,28 +356,6 @@ def test_effective_batch_accumulation():
         batch_plan(2, 8, 4)
 
 
-class _ScoreByEpoch(pl.LightningModule):
-    """Logs a fixed val/set_f1 per epoch (best in the middle), like the propositionizer."""
-
-    scores = (0.7, 0.9, 0.5)
-
-    def __init__(self):
-        super().__init__()
-        self.layer = torch.nn.Linear(2, 1)
-
-    def training_step(self, batch, batch_idx):
-        return self.layer(batch[0]).pow(2).mean()
-
-    def validation_step(self, batch, batch_idx):
-        pass
-
-    def on_validation_epoch_end(self):
-        self.log("val/set_f1", self.scores[self.current_epoch])
-
-    def configure_optimizers(self):
-        return torch.optim.SGD(self.parameters(), lr=0.1)
-
-
 def test_best_checkpoint_score_comes_from_the_file(tmp_path):
     """Under ddp_spawn the launcher process gets back only trainer.checkpoint_callback's
     best_model_path; the best score must come from the checkpoint file, and from the
@@ -394,7 +373,7 @@ def test_best_checkpoint_score_comes_from_the_file(tmp_path):
         enable_progress_bar=False,
         enable_model_summary=False,
     )
-    trainer.fit(_ScoreByEpoch(), data, data)
+    trainer.fit(ScoreByEpoch(), data, data)
     assert float(trainer.callback_metrics["val/set_f1"]) == pytest.approx(0.5)
     path, score, ckpt = best_checkpoint(trainer)
     assert score == pytest.approx(0.9) and ckpt["epoch"] == 1 and path == best.best_model_path
@@ -425,7 +404,7 @@ def test_best_checkpoint_score_under_ddp_spawn(tmp_path, spawn_from_forkserver):
         enable_model_summary=False,
         default_root_dir=tmp_path,
     )
-    trainer.fit(_ScoreByEpoch(), data, data)
+    trainer.fit(ScoreByEpoch(), data, data)
     assert best.best_model_score is None and not best.best_model_path  # what spawn leaves
     path, score, ckpt = best_checkpoint(trainer)
     assert score == pytest.approx(0.9) and ckpt["epoch"] == 1 and Path(path).name == "eepoch=1.ckpt"
