@@ -132,3 +132,32 @@ def test_square_set_pair_equals_bert_score_to_1e6(scorer, squad_open):
     for got, want in zip((result["precision"], result["recall"], result["f1"]), set_scores(ref)):
         assert got == pytest.approx(want, abs=1e-6)
     assert 0.5 < result["f1"] < 0.99
+
+
+def test_a_second_call_embeds_only_what_it_has_not_seen(minilm_path, gold_sets, monkeypatch):
+    """Validation scores the same gold every time: the second call embeds only the new
+    predictions, scores as a scorer that re-embeds everything does, and keeps only its own
+    references (memory: one call's); with idf weights nothing is reused."""
+    torch.set_num_threads(1)
+    scorer = SetF1Scorer(minilm_path, num_layers=6, batch_size=32, lang=None, device="cpu")
+    fresh = SetF1Scorer(minilm_path, num_layers=6, batch_size=32, lang=None, device="cpu",
+                        reuse_references=False)  # fmt: skip
+    embedded: list[str] = []
+    embed = scorer.embed
+    monkeypatch.setattr(scorer, "embed", lambda s, w: embedded.extend(s) or embed(s, w))
+    scorer.score([perturb(g) for g in gold_sets], gold_sets)
+    golds = {s for g in gold_sets for s in g}
+    assert golds <= set(embedded)
+    embedded.clear()
+    preds = [[p + " Indeed." for p in perturb(g)] for g in gold_sets]
+    second = scorer.score(preds, gold_sets)
+    assert set(embedded) == {p for ps in preds for p in ps}  # predictions only
+    expected = fresh.score(preds, gold_sets)
+    for ours, ref in zip(second.per_passage, expected.per_passage):
+        assert ours == pytest.approx(ref, abs=1e-6)
+    scorer.score(gold_sets[:1], gold_sets[:1])  # another gold set: the memo is that set's
+    assert set(scorer._references) == set(gold_sets[0])
+    embedded.clear()
+    monkeypatch.setattr(scorer, "idf", True)
+    scorer.score(gold_sets[:1], gold_sets[:1])
+    assert set(gold_sets[0]) <= set(embedded) and not scorer._references

@@ -14,6 +14,12 @@ batched tensor operation on the cached token embeddings, with bert-score's conve
 greedy cosine matching over all tokens (special tokens included as match candidates),
 [CLS]/[SEP] weighted 0, other tokens uniform (or idf), optional baseline rescaling. Padding
 is masked out of the max, which equals bert-score on each pair alone (see `naive_set_f1`).
+
+Validation scores the same gold sets every time: without idf weights (which depend on the
+references given), a scorer keeps the embeddings of its last call's references and embeds
+only the ones it has not seen (`reuse_references`), so a training run embeds its validation
+gold once instead of once per validation. Memory: one call's references, what the call holds
+anyway (6,700 gold propositions of ~20 tokens: ~0.5 GB with roberta-large, 60 MB with MiniLM).
 """
 
 from __future__ import annotations
@@ -86,6 +92,7 @@ class SetF1Scorer:
         rescale_with_baseline: bool = False,
         baseline_path: str | None = None,
         device: str | torch.device | None = None,
+        reuse_references: bool = True,
     ) -> None:
         from bert_score import BERTScorer
 
@@ -102,6 +109,10 @@ class SetF1Scorer:
         self.idf = idf
         self.batch_size = batch_size
         self.rescale_with_baseline = rescale_with_baseline
+        # the last call's reference embeddings (uniform weights only: idf ones change with the
+        # references), reused by the next call for the references it repeats
+        self.reuse_references = reuse_references
+        self._references: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
 
     @property
     def device(self) -> torch.device:
@@ -110,6 +121,7 @@ class SetF1Scorer:
     def to(self, device: str | torch.device) -> SetF1Scorer:
         self.bert._model.to(device)
         self.bert.device = str(device)
+        self._references = {}
         return self
 
     def _idf_dict(self, references: Sequence[str]) -> dict[int, float]:
@@ -149,6 +161,21 @@ class SetF1Scorer:
                 total = w.sum()
                 out[sent] = (emb[i, :n].float(), w / total if total > 0 else w)
         return out
+
+    def _embed_references(
+        self, references: Sequence[str], idf_dict: dict[int, float]
+    ) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+        """`embed(references)`, reusing the last call's embeddings of the references it
+        repeats (`reuse_references`, uniform weights); these references are kept for the next
+        call (only these: memory stays one call's)."""
+        if self.idf or not self.reuse_references:
+            self._references = {}
+            return self.embed(references, idf_dict)
+        distinct = list(dict.fromkeys(references))
+        kept = {r: self._references[r] for r in distinct if r in self._references}
+        kept.update(self.embed([r for r in distinct if r not in kept], idf_dict))
+        self._references = kept
+        return dict(kept)
 
     def pairwise(
         self,
@@ -198,7 +225,8 @@ class SetF1Scorer:
         gold_sets = [list(g) for g in golds]
         all_gold = [s for g in gold_sets for s in g]
         idf_dict = self._idf_dict(all_gold)
-        cache = self.embed(all_gold + [s for p in preds for s in p], idf_dict)
+        cache = self._embed_references(all_gold, idf_dict)
+        cache.update(self.embed([s for p in preds for s in p if s not in cache], idf_dict))
         per_passage = []
         for p, g in zip(preds, gold_sets):
             precision, recall, f1 = set_scores(self.pairwise(p, g, cache))
