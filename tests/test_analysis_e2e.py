@@ -15,24 +15,25 @@ ARTICLE = "1973_oil_crisis"
 
 
 @pytest.fixture(scope="module")
-def article(squad_open: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """One article's passages, propositions and (every other) question; a BEIR copy of them."""
+def article(
+    squad_open: Path, squad_open_article: dict[str, Path], tmp_path_factory: pytest.TempPathFactory
+) -> dict[str, Path]:
+    """One article's passages, propositions and (every other) question; a BEIR copy of them.
+    The passages, propositions and cache are the session's `squad_open_article` (conftest):
+    the units and embeddings `tests/test_pipelines.py` builds for it are read here."""
     out = tmp_path_factory.mktemp("article")
-    keep = lambda pid: pid.split("#")[0] == ARTICLE  # noqa: E731
-    with open(squad_open / "passages.jsonl") as f:
-        passages = [r for r in map(json.loads, f) if keep(r["id"])]
-    with open(squad_open / "propositions.jsonl") as f:
-        props = [r for r in map(json.loads, f) if keep(r["id"])]
-    squad = json.loads((squad_open / "squad-dev-v1.1.json").read_text())["data"]
-    (art,) = [a for a in squad if a["title"] == ARTICLE]
-    qids = {q["id"] for p in art["paragraphs"] for q in p["qas"]}
-    with open(squad_open / "questions.jsonl") as f:
-        questions = [r for r in map(json.loads, f) if r["id"] in qids][::2][:30]
-    files = {k: out / f"{k}.jsonl" for k in ("passages", "propositions", "questions")}
-    for key, rows in (("passages", passages), ("propositions", props), ("questions", questions)):
-        files[key].write_text("".join(json.dumps(r) + "\n" for r in rows))
+    passages = [json.loads(line) for line in squad_open_article["P"].read_text().splitlines()]
+    assert {p["id"].split("#")[0] for p in passages} == {ARTICLE}
+    questions = [json.loads(line) for line in squad_open_article["R"].read_text().splitlines()]
+    questions = questions[:30]  # every other question of the article, the first 30
+    files = {
+        "passages": squad_open_article["P"],
+        "propositions": squad_open_article["Q"],
+        "questions": out / "questions.jsonl",
+    }
+    files["questions"].write_text("".join(json.dumps(r) + "\n" for r in questions))
     files["squad"] = squad_open / "squad-dev-v1.1.json"
-    files["cache"] = out / "cache"
+    files["cache"] = squad_open_article["cache"]
     # the same corpus in BEIR's layout, gold passages from the SQuAD spans
     from densex.data.qrels import squad_qrels
 
