@@ -24,6 +24,7 @@ from hypothesis import settings  # noqa: E402
 from omegaconf import DictConfig  # noqa: E402
 
 from helpers.config import compose_config  # noqa: E402  (registers the group schemas)
+from helpers.demo_sweep import build_demo_sweep  # noqa: E402
 from helpers.requires import ci_missing, in_ci, missing, require_module  # noqa: E402
 
 settings.register_profile("ci", max_examples=200, deadline=None)
@@ -253,6 +254,41 @@ def spawn_from_forkserver(monkeypatch: pytest.MonkeyPatch) -> None:
         init(self, strategy, "forkserver" if start_method == "spawn" else start_method)
 
     monkeypatch.setattr(_MultiProcessingLauncher, "__init__", forkserver_init)
+
+
+@pytest.fixture(scope="session")
+def demo_sweep(
+    repo_root: Path, minilm_path: str, tmp_path_factory: pytest.TempPathFactory, worker_id: str
+):
+    """(sweep dir, cache dir) of the demo multirun; its cell of granularity g is in `sweep/i`.
+    Built once per test run: under pytest-xdist the workers share it through the run's common
+    temporary directory, the first one builds it under a file lock (pytest-xdist's recipe)."""
+    if worker_id == "master":  # no xdist
+        return build_demo_sweep(repo_root, tmp_path_factory.mktemp("demo_sweep"))
+    from filelock import FileLock
+
+    shared = tmp_path_factory.getbasetemp().parent  # one per run, above each worker's own
+    root, done = shared / "demo_sweep", shared / "demo_sweep.done"
+    with FileLock(str(shared / "demo_sweep.lock")):
+        if not done.exists():
+            build_demo_sweep(repo_root, root)
+            done.touch()
+    return root / "sweep", root / "cache"
+
+
+@pytest.fixture
+def demo_cache_copy(demo_sweep, tmp_path: Path) -> Path:
+    """A copy of the demo sweep's units and embeddings (no question vectors, no indexes) in
+    this test's own cache dir: a test that evaluates the demo corpus starts from the session's
+    encoded units instead of encoding them again, and writes only into its copy (the shared
+    cache stays read-only)."""
+    import shutil
+
+    _, cache = demo_sweep
+    copy = tmp_path / "demo_cache"
+    for part in ("units", "embeddings"):
+        shutil.copytree(cache / part, copy / part, ignore=shutil.ignore_patterns(".*.lock"))
+    return copy
 
 
 def run_shared_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:

@@ -15,8 +15,11 @@ from helpers.config import compose_config
 from helpers.inproc import run_script
 
 
-def test_budget_sweep_with_reader_writes_em_and_table3(repo_root, minilm_path, tmp_path, capfd):
-    """`evaluate.py -m` run in this process (Hydra's multirun and its callbacks)."""
+def test_budget_sweep_with_reader_writes_em_and_table3(
+    repo_root, minilm_path, demo_cache_copy, tmp_path, capfd
+):
+    """`evaluate.py -m` run in this process (Hydra's multirun and its callbacks), on a copy of
+    the demo sweep's encoded units (`demo_cache_copy`: nothing encoded again)."""
     sweep = tmp_path / "sweep"
     status = run_script(
         "evaluate.py",
@@ -31,7 +34,7 @@ def test_budget_sweep_with_reader_writes_em_and_table3(repo_root, minilm_path, t
         "topk=[1,5,20]",
         "hydra.callbacks.aggregate.ks=[1,5]",
         "trainer.enable_progress_bar=false",
-        f"paths.cache_dir={tmp_path / 'cache'}",
+        f"paths.cache_dir={demo_cache_copy}",
         f"hydra.sweep.dir={sweep}",
     )
     assert status == 0, capfd.readouterr().err[-4000:]

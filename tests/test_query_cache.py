@@ -188,14 +188,15 @@ def test_a_damaged_file_is_reencoded_or_refused(cells, spy, tmp_path, damage) ->
     assert cache_query_vectors(_searcher(cells, "passage"), QUESTIONS, cache) == 0
 
 
-def test_an_evaluate_cell_reads_the_cache(tmp_path, minilm_path, spy) -> None:
+def test_an_evaluate_cell_reads_the_cache(demo_cache_copy, minilm_path, spy) -> None:
     """Two demo cells (passage, then sentence) through `search_cell`: the second encodes no
-    question, and the first rerun gives the same rankings."""
+    question, and the first rerun gives the same rankings. On a copy of the demo sweep's
+    encoded units (`demo_cache_copy`: units and embeddings, no question vectors)."""
     from densex.pipelines.evaluate.cell import load_questions, open_cell, search_cell
 
     def cell(granularity: str) -> list:
         cfg = compose_config("evaluate", "experiment=demo", f"granularity={granularity}",
-                             f"paths.cache_dir={tmp_path}", "limit_questions=12",
+                             f"paths.cache_dir={demo_cache_copy}", "limit_questions=12",
                              "trainer.enable_progress_bar=false")  # fmt: skip
         questions, _ = load_questions(cfg)
         found = search_cell(cfg, open_cell(cfg, {}), questions, 5, {})
