@@ -257,17 +257,14 @@ def spawn_from_forkserver(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.fixture(scope="session")
-def demo_sweep(
-    repo_root: Path, minilm_path: str, tmp_path_factory: pytest.TempPathFactory, worker_id: str
-):
+def demo_sweep(repo_root: Path, minilm_path: str, tmp_path_factory: pytest.TempPathFactory):
     """(sweep dir, cache dir) of the demo multirun; its cell of granularity g is in `sweep/i`.
     Built once per test run: under pytest-xdist the workers share it through the run's common
-    temporary directory, the first one builds it under a file lock (pytest-xdist's recipe)."""
-    if worker_id == "master":  # no xdist
-        return build_demo_sweep(repo_root, tmp_path_factory.mktemp("demo_sweep"))
+    temporary directory (`run_shared_dir`), the first one builds it under a file lock
+    (pytest-xdist's recipe)."""
     from filelock import FileLock
 
-    shared = tmp_path_factory.getbasetemp().parent  # one per run, above each worker's own
+    shared = run_shared_dir(tmp_path_factory)
     root, done = shared / "demo_sweep", shared / "demo_sweep.done"
     with FileLock(str(shared / "demo_sweep.lock")):
         if not done.exists():
