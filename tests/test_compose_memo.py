@@ -78,3 +78,19 @@ def test_a_bad_override_fails_every_time(bad):
     for _ in range(2):
         with pytest.raises(ConfigCompositionException):
             compose_config("evaluate", "corpus=demo", bad)
+
+
+def test_what_does_not_pickle_is_kept_as_a_deep_copy():
+    """The memo keeps a pickle of each config (a copy unpickled from it); an object that does
+    not pickle is kept as a deep copy instead, each thaw a new copy of it."""
+    frozen = compose_memo._freeze(OmegaConf.create({"a": [1, 2]}))
+    assert isinstance(frozen, bytes)
+    one, two = compose_memo._thaw(frozen), compose_memo._thaw(frozen)
+    one.a.append(3)
+    assert list(two.a) == [1, 2] and one is not two
+    unpicklable = {"f": lambda: 1, "v": [1]}
+    kept = compose_memo._freeze(unpicklable)
+    assert not isinstance(kept, bytes)
+    copied = compose_memo._thaw(kept)
+    copied["v"].append(2)
+    assert unpicklable["v"] == [1] and compose_memo._thaw(kept)["v"] == [1]

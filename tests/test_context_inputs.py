@@ -136,9 +136,11 @@ def _people(names: list[str], seed: int) -> list[dict]:
 
 
 def test_a_student_trained_on_context_pairs_names_the_person_a_pronoun_stands_for(copy_dir):
-    """A few dozen steps on per-sentence pairs with context: for held-out people the second
-    sentence's proposition names the person from the context. Fails when the context is
-    dropped from the inputs (the name is then nowhere in the source)."""
+    """15 steps on per-sentence pairs with context: for held-out people the second sentence's
+    proposition names the person from the context. Fails when the context is dropped from the
+    inputs (the name is then nowhere in the source). Measured on a 2-core AMD EPYC
+    (AVX512-BF16), fp32: 4 of 4 named after 10, 15, 20, 25 and 30 steps, with seeds 0, 1 and 2
+    alike (the bound is 3)."""
     from transformers import AutoTokenizer
 
     split = SentenceSplitter("en_core_web_lg")
@@ -148,7 +150,7 @@ def test_a_student_trained_on_context_pairs_names_the_person_a_pronoun_stands_fo
     set_dropout(model, 0.0)
     model.train()
     opt = torch.optim.AdamW(model.parameters(), lr=3e-4)
-    for step in range(30):
+    for step in range(15):
         batch = [train[(step * 4 + j) % len(train)] for j in range(4)]
         enc = tok([p["source"] for p in batch], return_tensors="pt", padding=True)
         labels = target_ids(tok, [p["target"] for p in batch])

@@ -537,8 +537,8 @@ def test_train_resume_and_export(repo_root, squad_open, minilm_path, tmp_path):
     common = [
         f"paths.data_dir={squad_open.parent}",
         f"model.metric.model_type={minilm_path}",
-        "data.limit_train=64",
-        "data.limit_val=8",
+        "data.limit_train=32",
+        "data.limit_val=4",
         "model.max_new_tokens=24",
     ]
     # effective batch 16 = 8 per device x 2 accumulation steps; a baseline validation first
@@ -546,14 +546,14 @@ def test_train_resume_and_export(repo_root, squad_open, minilm_path, tmp_path):
     summary = train(repo_root, run_dir, *common, "trainer.max_epochs=2", "validate_first=true")
     m = pd.read_csv(run_dir / "csv" / "version_0" / "metrics.csv")
     loss = m.dropna(subset=["train/loss_epoch"]).set_index("epoch")["train/loss_epoch"]
-    assert list(loss.index) == [0, 1] and loss[1] < loss[0]
+    assert list(loss.index) == [0, 1] and loss[1] < loss[0], loss.to_dict()
     val = m.dropna(subset=["val/set_f1"])
     assert list(val["epoch"]) == [0, 0, 1]  # validate_first, then after each epoch
-    assert val["val/set_f1"].between(0, 1).all() and (val["val/n_passages"] == 8).all()
+    assert val["val/set_f1"].between(0, 1).all() and (val["val/n_passages"] == 4).all()
     assert {"val/precision", "val/recall", "val/parse_rate", "val/loss"} <= set(m.columns)
     assert {"val/props_per_passage_gold", "val/props_per_passage_pred"} <= set(m.columns)
     assert summary["accumulate_grad_batches"] == 2
-    assert summary["epochs"] == 2 and summary["global_step"] == 8  # 64 pairs / 16 per step x 2
+    assert summary["epochs"] == 2 and summary["global_step"] == 4  # 32 pairs / 16 per step x 2
     assert (run_dir / "checkpoints" / "last.ckpt").exists()
     assert len(list((run_dir / "val_predictions").glob("*.jsonl"))) == 3
 
@@ -561,7 +561,7 @@ def test_train_resume_and_export(repo_root, squad_open, minilm_path, tmp_path):
     summary = train(repo_root, run_dir, *common, "trainer.max_epochs=3", "ckpt_path=last")
     m2 = pd.read_csv(run_dir / "csv" / "version_1" / "metrics.csv")
     assert set(m2["epoch"].dropna().astype(int)) == {2}
-    assert summary["epochs"] == 3 and summary["global_step"] == 12
+    assert summary["epochs"] == 3 and summary["global_step"] == 6
 
     # the export loads without densex and generates
     from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
@@ -577,26 +577,27 @@ def test_train_resume_and_export(repo_root, squad_open, minilm_path, tmp_path):
     )
 
 
-def test_overfits_eight_pairs(repo_root, squad_open, minilm_path, tmp_path):
-    """A tiny model memorises 8 short pairs: generation + parsing + set-F1 are wired right.
-
-    Validated every 20 epochs; the exported (best) model must parse all 8 passages with set-F1
-    above 0.9. Measured on a 2-core AMD EPYC (AVX512-BF16), fp32: every check from epoch 59 on
-    parses 8/8, set-F1 0.96-0.99. At lr 3e-3 the same run oscillated between 7/8 and 8/8 (one
-    passage looping on a copied name), which is what failed on some CPUs; 2e-3 converges."""
+def _memorise(
+    repo_root, squad_open, minilm_path, tmp_path, n_pairs: int, epochs: int, every: int, batch: int
+):
+    """Train the tiny model on the `n_pairs` squad-open pairs with the shortest gold lists,
+    validating on those same pairs every `every` epochs (fp32, no dropout, lr 2e-3 with a
+    linear schedule after 5% warm-up); assert that the best check parses every passage with
+    set-F1 above 0.9, that the run's summary reports that check, and that the predictions
+    dumped at the last check are the ones scored: generation, parsing and set-F1 wired right."""
     props = {}
     with (squad_open / "propositions.jsonl").open(encoding="utf-8") as f:
         for line in f:
             row = json.loads(line)
             props[row["id"]] = row["propositions"]
-    shortest = sorted(props, key=lambda k: len(json.dumps(props[k])))[:8]
+    shortest = sorted(props, key=lambda k: len(json.dumps(props[k])))[:n_pairs]
     rows = []
     with (squad_open / "passages.jsonl").open(encoding="utf-8") as f:
         for line in f:
             p = json.loads(line)
             if p["id"] in shortest:
                 rows.append({**p, "propositions": props[p["id"]]})
-    data = write_lines(tmp_path / "eight.jsonl", rows)
+    data = write_lines(tmp_path / "pairs.jsonl", rows)
     summary = train(
         repo_root,
         tmp_path / "run",
@@ -604,11 +605,11 @@ def test_overfits_eight_pairs(repo_root, squad_open, minilm_path, tmp_path):
         f"data.path={data}",
         "data.validate_on_train=true",
         f"model.metric.model_type={minilm_path}",
-        "trainer.max_epochs=100",
-        "trainer.check_val_every_n_epoch=20",
+        f"trainer.max_epochs={epochs}",
+        f"trainer.check_val_every_n_epoch={every}",
         "model.optimizer.lr=2e-3",
-        "model.batch_size=4",  # 2 steps per epoch: 200 updates
-        "model.per_device_batch_size=4",
+        f"model.batch_size={batch}",
+        f"model.per_device_batch_size={batch}",
         "model.dropout=0",
         "+model/scheduler=linear",
         "model.scheduler.warmup_ratio=0.05",
@@ -617,15 +618,40 @@ def test_overfits_eight_pairs(repo_root, squad_open, minilm_path, tmp_path):
     )
     m = pd.read_csv(tmp_path / "run" / "csv" / "version_0" / "metrics.csv")
     checks = m.dropna(subset=["val/set_f1"])
-    assert len(checks) == 5 and (checks["val/n_passages"] == 8).all()
+    assert len(checks) == epochs // every and (checks["val/n_passages"] == n_pairs).all()
     best = checks.loc[checks["val/set_f1"].idxmax()]
-    assert best["val/parse_rate"] == 1.0 and best["val/set_f1"] > 0.9
+    assert best["val/parse_rate"] == 1.0 and best["val/set_f1"] > 0.9, checks.to_string()
     assert summary["best_val_set_f1"] == pytest.approx(best["val/set_f1"], abs=1e-6)
     # the predictions the writer dumped are the ones scored: parsed = valid JSON list
     dumped = sorted((tmp_path / "run" / "val_predictions").glob("*.jsonl"))[-1]
     rows = [json.loads(line) for line in dumped.read_text(encoding="utf-8").splitlines()]
     parsed = sum(isinstance(_json_or_none(r["prediction"]), list) for r in rows)
     assert parsed / len(rows) == checks["val/parse_rate"].iloc[-1]
+
+
+def test_memorises_four_pairs(repo_root, squad_open, minilm_path, tmp_path):
+    """The tiny model memorises the 4 shortest pairs in 100 updates (batch 4), checked every 25
+    epochs. Measured on a 2-core AMD EPYC (AVX512-BF16), fp32: 4/4 parsed with set-F1 1.00 at
+    epochs 49, 74 and 99 (epoch 24: 1/4); the same at lr 1.5e-3, 2.5e-3 and 3e-3 (set-F1
+    0.976-1.00 from epoch 49 on): the best check has three checks of margin. The eight-pair
+    run of the same assertions is `slow` (`test_overfits_eight_pairs`)."""
+    _memorise(
+        repo_root, squad_open, minilm_path, tmp_path, n_pairs=4, epochs=100, every=25, batch=4
+    )
+
+
+@pytest.mark.slow  # ~18 s of CPU; test_memorises_four_pairs asserts the same on 4 pairs
+def test_overfits_eight_pairs(repo_root, squad_open, minilm_path, tmp_path):
+    """A tiny model memorises 8 short pairs: generation + parsing + set-F1 are wired right.
+
+    Validated every 20 epochs (200 updates of batch 4); the best check must parse all 8 passages
+    with set-F1 above 0.9. Measured on a 2-core AMD EPYC (AVX512-BF16), fp32: every check from
+    epoch 59 on parses 8/8, set-F1 0.96-0.99. At lr 3e-3 the same run oscillated between 7/8
+    and 8/8 (one passage looping on a copied name), which is what failed on some CPUs; 2e-3
+    converges."""
+    _memorise(
+        repo_root, squad_open, minilm_path, tmp_path, n_pairs=8, epochs=100, every=20, batch=4
+    )
 
 
 def _json_or_none(text: str):
