@@ -1,10 +1,15 @@
-"""Every benchmark runs at a tiny size, as a user would start it (a fresh process), so none can
-rot unnoticed: each composes its config the way the entry scripts do, and its output says what
-it measured. Figures are never asserted (they live in the benchmarks' printed ratios). The runs
-over 8 s are `slow` (`make test-slow`), so `make test` stays under its budget."""
+"""Every benchmark runs at a tiny size, as a user would start it, so none can rot unnoticed:
+each composes its config the way the entry scripts do, and its output says what it measured.
+Most run in a fresh process; the two whose run is mostly the import of torch, transformers and
+sentence-transformers (`st_encode.py`, `propositionizer_speed.py`) run as `__main__` in this
+process (`helpers.inproc.run_script`: argv, the script's own `main`, its exit status), which
+this process has imported already. Figures are never asserted (they live in the benchmarks'
+printed ratios). The runs over 8 s are `slow` (`make test-slow`), so `make test` stays under
+its budget."""
 
 from __future__ import annotations
 
+import ast
 import json
 import re
 import subprocess
@@ -15,6 +20,23 @@ import numpy as np
 import pytest
 
 from helpers.env import REPO, subprocess_env
+from helpers.inproc import run_script
+
+
+def run_here(capsys: pytest.CaptureFixture[str], script: str, *args: str) -> str:
+    """stdout of `benchmarks/<script> args` run as `__main__` in this process (transformers'
+    log verbosity, which a benchmark may lower, restored after it)."""
+    from transformers.utils import logging as transformers_logging
+
+    verbosity = transformers_logging.get_verbosity()
+    capsys.readouterr()
+    try:
+        status = run_script(f"benchmarks/{script}", *args)
+    finally:
+        transformers_logging.set_verbosity(verbosity)
+    out, err = capsys.readouterr()
+    assert status == 0, f"{script} failed:\n{out[-2000:]}\n{err[-4000:]}"
+    return out
 
 
 def run_benchmark(script: str, *args: str, timeout: int = 300) -> str:
@@ -107,12 +129,18 @@ def test_gpu_script_runs_at_toy_shapes_on_cpu() -> None:
     assert "gpu benchmark done" in out
 
 
-def test_st_encode_runs_a_backend_in_another_interpreter(tmp_path: Path) -> None:
+def test_st_encode_runs_a_backend_in_another_interpreter(tmp_path: Path, capsys) -> None:
     # what peers.py --st-env runs in .peers/*: here with the torch backend of this interpreter
+    # (in this process); it imports nothing of densex, which those interpreters lack
+    tree = ast.parse((REPO / "benchmarks" / "st_encode.py").read_text(encoding="utf-8"))
+    imported = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    imported |= {n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+    assert "sentence_transformers" in imported
+    assert not [m for m in imported if m.split(".")[0] in ("densex", "helpers")], imported
     texts = ["Paris is the capital of France.", "The Moon orbits the Earth.", "Bananas."]
     (tmp_path / "t.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t in texts))
     (tmp_path / "q.jsonl").write_text(json.dumps({"text": "What is France's capital?"}) + "\n")
-    out = run_benchmark("st_encode.py", "--backend", "torch", "--texts", str(tmp_path / "t.jsonl"),
+    out = run_here(capsys, "st_encode.py", "--backend", "torch", "--texts", str(tmp_path / "t.jsonl"),
                         "--out", str(tmp_path / "v.npy"), "--queries", str(tmp_path / "q.jsonl"),
                         "--queries-out", str(tmp_path / "q.npy"))  # fmt: skip
     info = json.loads(out.strip().splitlines()[-1])
@@ -125,13 +153,13 @@ def test_st_encode_runs_a_backend_in_another_interpreter(tmp_path: Path) -> None
 
 
 def test_propositionizer_speed_forces_the_teacher_length(
-    squad_open: Path, copy_lm_dir: str
+    squad_open: Path, copy_lm_dir: str, capsys
 ) -> None:
     # the session's untrained copy student (`build_copy_lm` of the packaged MiniLM, built once
     # per run, only read here): the timing path, not quality; one passage (its untrained output
     # runs to ~165 tokens, 2 s of this CPU's time per passage)
-    out = run_benchmark(
-        "propositionizer_speed.py", "student:1", "tiny:2", "--batch", "2", "--student",
+    out = run_here(
+        capsys, "propositionizer_speed.py", "student:1", "tiny:2", "--batch", "2", "--student",
         copy_lm_dir, "--propositions", str(squad_open / "propositions.jsonl"),
     )  # fmt: skip
     assert re.search(r"^student +1 +[\d.]+ +[\d.]+ +[\d.]+ +[\d,]+$", out, re.M)
