@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ast
 import json
+import os
 import re
 import subprocess
 import sys
@@ -24,16 +25,25 @@ from helpers.inproc import run_script
 
 
 def run_here(capsys: pytest.CaptureFixture[str], script: str, *args: str) -> str:
-    """stdout of `benchmarks/<script> args` run as `__main__` in this process (transformers'
-    log verbosity, which a benchmark may lower, restored after it)."""
+    """stdout of `benchmarks/<script> args` run as `__main__` in this process (what a benchmark
+    may change for its run, torch's random state and threads, `OMP_NUM_THREADS` and
+    transformers' log verbosity, restored after it)."""
+    import torch
     from transformers.utils import logging as transformers_logging
 
-    verbosity = transformers_logging.get_verbosity()
+    verbosity, threads = transformers_logging.get_verbosity(), torch.get_num_threads()
+    omp = os.environ.get("OMP_NUM_THREADS")
     capsys.readouterr()
     try:
-        status = run_script(f"benchmarks/{script}", *args)
+        with torch.random.fork_rng(devices=[]):
+            status = run_script(f"benchmarks/{script}", *args)
     finally:
         transformers_logging.set_verbosity(verbosity)
+        torch.set_num_threads(threads)
+        if omp is None:
+            os.environ.pop("OMP_NUM_THREADS", None)
+        else:
+            os.environ["OMP_NUM_THREADS"] = omp
     out, err = capsys.readouterr()
     assert status == 0, f"{script} failed:\n{out[-2000:]}\n{err[-4000:]}"
     return out
