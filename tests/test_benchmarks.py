@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import ast
 import json
-import os
 import re
 import subprocess
 import sys
@@ -25,25 +24,10 @@ from helpers.inproc import run_script
 
 
 def run_here(capsys: pytest.CaptureFixture[str], script: str, *args: str) -> str:
-    """stdout of `benchmarks/<script> args` run as `__main__` in this process (what a benchmark
-    may change for its run, torch's random state and threads, `OMP_NUM_THREADS` and
-    transformers' log verbosity, restored after it)."""
-    import torch
-    from transformers.utils import logging as transformers_logging
-
-    verbosity, threads = transformers_logging.get_verbosity(), torch.get_num_threads()
-    omp = os.environ.get("OMP_NUM_THREADS")
+    """stdout of `benchmarks/<script> args` run as `__main__` in this process (`run_script`
+    restores what the benchmark sets for its run)."""
     capsys.readouterr()
-    try:
-        with torch.random.fork_rng(devices=[]):
-            status = run_script(f"benchmarks/{script}", *args)
-    finally:
-        transformers_logging.set_verbosity(verbosity)
-        torch.set_num_threads(threads)
-        if omp is None:
-            os.environ.pop("OMP_NUM_THREADS", None)
-        else:
-            os.environ["OMP_NUM_THREADS"] = omp
+    status = run_script(f"benchmarks/{script}", *args)
     out, err = capsys.readouterr()
     assert status == 0, f"{script} failed:\n{out[-2000:]}\n{err[-4000:]}"
     return out

@@ -12,9 +12,8 @@ import numpy as np
 import pytest
 
 from densex.pipelines.search.compose import granularity_argv, split_granularities
+from helpers.demo_sweep import GRANULARITIES
 from helpers.env import subprocess_env
-
-GRANULARITIES = ("passage", "sentence", "proposition")
 
 
 def _sweep_cell(sweep, granularity: str):

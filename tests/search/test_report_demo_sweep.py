@@ -9,9 +9,8 @@ import csv
 import subprocess
 import sys
 
+from helpers.demo_sweep import GRANULARITIES, N_QUESTIONS, demo_overrides
 from helpers.env import subprocess_env
-
-GRANULARITIES = ("passage", "sentence", "proposition")
 
 
 def test_table2_shows_r_at_1_first_with_markers(demo_sweep):
@@ -36,7 +35,9 @@ def test_table2_shows_r_at_1_first_with_markers(demo_sweep):
 def test_cell_folders_say_their_overrides(demo_sweep):
     sweep, _ = demo_sweep
     cells = sorted(p.name for p in sweep.iterdir() if p.is_dir())
-    assert cells == [f"{i}_granularity={g},limit_questions=60" for i, g in enumerate(GRANULARITIES)]
+    assert cells == [
+        f"{i}_granularity={g},limit_questions={N_QUESTIONS}" for i, g in enumerate(GRANULARITIES)
+    ]
 
 
 # `python -c FORK_TWO OUT1 ERR1 CODE1 OUT2 ERR2 CODE2`: each CODE in an interpreter of its own,
@@ -72,9 +73,7 @@ def test_open_index_on_a_built_cache_prints_nothing(demo_sweep, tmp_path):
     Two fresh interpreters (`FORK_TWO`): the quiet one alone, then the standard way (the level
     the application set) followed by `verbose=True` after the application reset that level."""
     _, cache = demo_sweep
-    overrides = ["corpus=demo", "dataset=demo", "retriever=minilm", "trainer=cpu",
-                 f"paths.cache_dir={cache}", "limit_questions=60",
-                 "granularity=" + ",".join(GRANULARITIES)]  # fmt: skip
+    overrides = [*demo_overrides(cache), "granularity=" + ",".join(GRANULARITIES)]
     quiet = f"import densex; ix = densex.open_index(*{overrides!r}); ix.compare(['Who?'], k=2)"
     loud = quiet.replace(")", ", verbose=True)", 1)
     # searching a built cache never imports Lightning (only encoding does: seconds of import)
